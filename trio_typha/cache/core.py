@@ -1,0 +1,146 @@
+"""Pure core of the snapshot cache (no I/O, no event loop).
+
+The cache keeps the current key/value map of one syncer type and publishes every change
+as a *breadcrumb*: a sequence number, a timestamp, the batch of updates since the previous
+breadcrumb and the sync status after it.  Breadcrumbs form a singly linked list that points
+forwards only: the cache holds the newest one, each client holds the one it has reached,
+so a breadcrumb that no client needs any more is simply garbage.
+
+A client starts from a breadcrumb *with a snapshot* (the full, sorted KV set as of that
+breadcrumb) and then follows ``next``.  Snapshots are materialized on demand, once per
+breadcrumb, and so are the protocol encodings hung off a breadcrumb (``memo``): that is what
+lets every client that connects at the same point share the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ..model.kv import SerializedUpdate, SyncStatus
+
+T = TypeVar("T")
+
+
+class SnapshotUnavailable(RuntimeError):
+    """Raised when a snapshot is asked of a breadcrumb that is no longer the newest."""
+
+
+class Breadcrumb:
+    """One published step of the cache; immutable once published except for ``next``."""
+
+    __slots__ = ("seq", "timestamp", "updates", "status", "next", "_kvs", "_snapshot", "_memo",
+                 "__weakref__")
+
+    def __init__(self, seq: int, timestamp: float, updates: tuple[SerializedUpdate, ...],
+                 status: SyncStatus, kvs: dict[str, SerializedUpdate] | None) -> None:
+        self.seq = seq
+        self.timestamp = timestamp
+        self.updates = updates
+        self.status = status
+        self.next: Breadcrumb | None = None
+        # Live reference to the cache's map while this is the newest breadcrumb; dropped when
+        # the next one is published unless a snapshot was taken in time.
+        self._kvs = kvs
+        self._snapshot: tuple[SerializedUpdate, ...] | None = None
+        self._memo: dict[Any, Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"<Breadcrumb seq={self.seq} updates={len(self.updates)} "
+                f"status={self.status.name}>")
+
+    @property
+    def has_snapshot(self) -> bool:
+        return self._snapshot is not None
+
+    def snapshot(self) -> tuple[SerializedUpdate, ...]:
+        """The full KV set as of this breadcrumb, sorted by key, every entry New."""
+        if self._snapshot is None:
+            if self._kvs is None:
+                raise SnapshotUnavailable(f"breadcrumb {self.seq} is no longer the newest")
+            self._snapshot = tuple(self._kvs[k] for k in sorted(self._kvs))
+        return self._snapshot
+
+    def memo(self, key: Any, build: Callable[[Breadcrumb], T]) -> T:
+        """Build ``key``'s encoding of this breadcrumb once; later callers share the result."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = build(self)
+            return value
+
+
+class SnapshotCache:
+    """Current KV map of one syncer type plus the newest breadcrumb.
+
+    ``apply`` takes the updates that came out of validation, drops no-op updates (same value,
+    only the revision changed) and publishes what is left in breadcrumbs of at most
+    ``max_batch_size`` updates.  Time is passed in (the trio shell reads trio's clock).
+    """
+
+    def __init__(self, *, max_batch_size: int = 100, now: float = 0.0) -> None:
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be at least 1")
+        self.max_batch_size = max_batch_size
+        self._kvs: dict[str, SerializedUpdate] = {}
+        self.status = SyncStatus.WAIT_FOR_DATASTORE
+        self.latest = Breadcrumb(0, now, (), self.status, self._kvs)
+        # Newest breadcrumb that has a materialized snapshot; lets a storm of connecting
+        # clients share one snapshot instead of materializing one per breadcrumb.
+        self._last_snapshot: Breadcrumb | None = None
+        self.dropped_noops = 0
+
+    def __len__(self) -> int:
+        return len(self._kvs)
+
+    def get(self, key: str) -> SerializedUpdate | None:
+        return self._kvs.get(key)
+
+    def apply(self, updates: Iterable[SerializedUpdate], now: float) -> list[Breadcrumb]:
+        """Apply a batch of updates; return the breadcrumbs published (possibly none)."""
+        kept: list[SerializedUpdate] = []
+        kvs = self._kvs
+        for upd in updates:
+            old = kvs.get(upd.key)
+            if upd.deleted:
+                # Deletions pass even for keys we never had: the client may have them.
+                if old is not None:
+                    del kvs[upd.key]
+                kept.append(upd)
+            elif old is not None and old.value == upd.value:
+                self.dropped_noops += 1
+            else:
+                kvs[upd.key] = upd.as_new()
+                kept.append(upd)
+        published = []
+        for i in range(0, len(kept), self.max_batch_size):
+            published.append(self._publish(tuple(kept[i:i + self.max_batch_size]), now))
+        return published
+
+    def set_status(self, status: SyncStatus, now: float) -> Breadcrumb | None:
+        """Record a sync-status change as a breadcrumb of its own (none if unchanged)."""
+        if status == self.status:
+            return None
+        self.status = status
+        return self._publish((), now)
+
+    def snapshot_point(self, now: float, max_age: float = 0.0) -> Breadcrumb:
+        """The breadcrumb a new client should start from, with its snapshot materialized.
+
+        Reuses the newest already-materialized snapshot if it is at most ``max_age`` old,
+        otherwise materializes one at the newest breadcrumb.
+        """
+        last = self._last_snapshot
+        if last is not None and (last is self.latest or now - last.timestamp <= max_age):
+            return last
+        self.latest.snapshot()
+        self._last_snapshot = self.latest
+        return self.latest
+
+    def _publish(self, updates: tuple[SerializedUpdate, ...], now: float) -> Breadcrumb:
+        prev = self.latest
+        crumb = Breadcrumb(prev.seq + 1, now, updates, self.status, self._kvs)
+        prev._kvs = None
+        prev.next = crumb
+        self.latest = crumb
+        return crumb

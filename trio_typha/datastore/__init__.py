@@ -1,0 +1,1 @@
+"""Datastores: where resources come from (memory, Kubernetes API, etcd v3)."""

@@ -1,0 +1,65 @@
+"""The contract between a datastore and the syncer pipelines.
+
+A datastore watches a set of resource kinds for one pipeline and sends it a stream of
+events: every object it lists (``ResourceEvent``), ``KindSynced`` once a kind's initial
+list is complete, then changes.  A relist (after a dropped watch, a 410 or an etcd
+compaction) must send only the differences from what it already sent.  ``Connection`` events
+report reachability so the pipeline can report sync status and readiness like Typha.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from ..model.kinds import ResourceKind
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceEvent:
+    kind: ResourceKind
+    namespace: str
+    name: str
+    obj: Mapping[str, Any] | None  # None: the object is gone
+    revision: str
+
+    @property
+    def deleted(self) -> bool:
+        return self.obj is None
+
+
+@dataclass(frozen=True, slots=True)
+class KindSynced:
+    kind: ResourceKind
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Reachability of the datastore for one kind (or all kinds when ``kind`` is None)."""
+
+    ok: bool
+    reason: str = ""
+    kind: ResourceKind | None = None
+
+
+DatastoreEvent = ResourceEvent | KindSynced | Connection
+
+
+class Datastore(Protocol):
+    """Something the pipelines can list-watch."""
+
+    name: str
+
+    async def watch(self, kinds: Sequence[ResourceKind],
+                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """List then watch ``kinds`` forever, sending events to ``send``.
+
+        Reports ``task_status.started()`` once the watches are set up (not necessarily
+        synced).  Never returns normally; outages are reported as ``Connection`` events and
+        retried with backoff.
+        """
+        ...

@@ -1,0 +1,79 @@
+"""What every client session needs from the server, whatever its protocol."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from ..cache import CacheFeed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Per-connection limits and timers (Typha's TYPHA_SERVER* parameters, in seconds)."""
+
+    ping_interval: float = 10.0
+    pong_timeout: float = 60.0
+    handshake_timeout: float = 10.0
+    write_timeout: float = 120.0
+    max_fall_behind: float = 300.0
+    new_client_fall_behind_grace: float = 300.0
+    min_batching_age: float = 0.01
+    max_message_size: int = 100  # KVs per message
+    snapshot_reuse_age: float = 0.0
+    max_concurrent_streams: int = 16  # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+    drain_timeout: float = 10.0  # after GOAWAY, how long streams may finish
+    max_inbound_message: int = 1 << 20  # bytes; bigger client messages are a protocol error
+
+    def normalized(self) -> ServerSettings:
+        """Apply Typha's re-defaulting: PongTimeout must exceed twice the ping interval."""
+        if self.pong_timeout <= 2 * self.ping_interval:
+            from dataclasses import replace
+            return replace(self, pong_timeout=6 * self.ping_interval)
+        return self
+
+
+def _conn_id_counter() -> itertools.count[int]:
+    # Like Typha: random upper 32 bits, low bits count up from 1 per accepted connection.
+    return itertools.count((random.getrandbits(31) + 1) << 32 | 1)
+
+
+@dataclass
+class ServerContext:
+    """Shared by all sessions: the caches, the settings and the shutdown signal."""
+
+    feeds: Mapping[str, CacheFeed]
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    version: str = ""
+    #: Set when the server starts draining: sessions send GOAWAY / close cleanly.
+    draining: trio.Event = field(default_factory=trio.Event)
+    _ids: itertools.count[int] = field(default_factory=_conn_id_counter)
+    #: Live sessions by connection id, for introspection and connection rebalancing.
+    sessions: dict[int, SessionInfo] = field(default_factory=dict)
+
+    def next_conn_id(self) -> int:
+        return next(self._ids)
+
+    def feed(self, syncer_type: str) -> CacheFeed | None:
+        """The cache of ``syncer_type`` (``""`` means felix, as in Typha), or None."""
+        return self.feeds.get(syncer_type or "felix")
+
+
+@dataclass
+class SessionInfo:
+    """What the server knows about one live client session (for logs and introspection)."""
+
+    conn_id: int
+    protocol: str
+    peer: str
+    syncer_type: str = ""
+    hostname: str = ""
+    cancel_scope: trio.CancelScope | None = None
+    bytes_sent: int = 0
