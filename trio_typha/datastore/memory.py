@@ -1,0 +1,178 @@
+"""The embedded datastore (``TYPHA_DATASTORETYPE=memory``) for demos and tests.
+
+:class:`MemoryStore` holds Kubernetes and ``projectcalico.org/v3`` objects the way an API
+server would (uid, resourceVersion from one increasing revision, creationTimestamp) and keeps
+a bounded change log.  :class:`MemoryDatastore` list-watches it like a real datastore: list at
+a revision, then follow the log; a watcher that falls off the end of the log relists and
+sends only the differences.  Writes are synchronous, so a churn generator or a test can
+change the store without awaiting anybody.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from ..model.kinds import ResourceKind, kind_for
+from .base import DatastoreEvent, KindSynced
+from .known import KnownObjects
+
+log = logging.getLogger(__name__)
+
+ObjKey = tuple[ResourceKind, str, str]
+
+
+class StoreError(ValueError):
+    """An object cannot be stored (missing name, unknown kind, ...)."""
+
+
+class MemoryStore:
+    """Objects by kind, one global revision, and a change log of at most ``history`` entries."""
+
+    def __init__(self, *, history: int = 100_000) -> None:
+        self.revision = 0
+        self._objects: dict[ResourceKind, dict[tuple[str, str], dict[str, Any]]] = {}
+        self._log: deque[tuple[int, ResourceKind, str, str, dict[str, Any] | None]] = deque(
+            maxlen=history)
+        self._changed = trio.Event()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace an object (identified by apiVersion, kind, namespace, name)."""
+        try:
+            kind = kind_for(obj["apiVersion"], obj["kind"])
+        except KeyError as exc:
+            raise StoreError(f"cannot store object: {exc}") from None
+        stored = copy.deepcopy(dict(obj))
+        md = stored.setdefault("metadata", {})
+        name = md.get("name")
+        if not name:
+            raise StoreError(f"{kind.kind} without metadata.name")
+        ns = md.get("namespace", "") if kind.namespaced else ""
+        if kind.namespaced:
+            if not ns:
+                ns = md["namespace"] = "default"
+        else:
+            md.pop("namespace", None)
+        objects = self._objects.setdefault(kind, {})
+        old = objects.get((ns, name))
+        self.revision += 1
+        if old is not None:
+            md.setdefault("uid", old["metadata"]["uid"])
+            md.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
+        else:
+            md.setdefault("uid", str(uuid.uuid4()))
+            md.setdefault("creationTimestamp", _now())
+        md["resourceVersion"] = str(self.revision)
+        objects[(ns, name)] = stored
+        self._record(kind, ns, name, stored)
+        return stored
+
+    def put_all(self, objs: Iterable[Mapping[str, Any]]) -> int:
+        n = 0
+        for obj in objs:
+            self.put(obj)
+            n += 1
+        return n
+
+    def delete(self, kind: ResourceKind, namespace: str, name: str) -> bool:
+        objects = self._objects.get(kind, {})
+        if objects.pop((namespace, name), None) is None:
+            return False
+        self.revision += 1
+        self._record(kind, namespace, name, None)
+        return True
+
+    def _record(self, kind: ResourceKind, ns: str, name: str,
+                obj: dict[str, Any] | None) -> None:
+        self._log.append((self.revision, kind, ns, name, obj))
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._objects.get(kind, {}).get((namespace, name))
+
+    def list(self, kind: ResourceKind) -> list[tuple[str, str, dict[str, Any]]]:
+        return [(ns, name, obj) for (ns, name), obj in self._objects.get(kind, {}).items()]
+
+    def count(self, kind: ResourceKind | None = None) -> int:
+        if kind is not None:
+            return len(self._objects.get(kind, {}))
+        return sum(len(v) for v in self._objects.values())
+
+    def changes_since(self, revision: int
+                      ) -> list[tuple[int, ResourceKind, str, str, dict[str, Any] | None]] | None:
+        """Log entries after ``revision``; None if the log no longer reaches back that far."""
+        if revision >= self.revision:
+            return []
+        if not self._log or self._log[0][0] > revision + 1:
+            return None
+        # The log is ordered by revision; skip what the caller has already seen.
+        start = len(self._log) - (self.revision - revision)
+        return list(self._log)[max(start, 0):]
+
+    async def wait_changed(self, revision: int) -> None:
+        while self.revision <= revision:
+            await self._changed.wait()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class MemoryDatastore:
+    """List-watches a :class:`MemoryStore` for a pipeline."""
+
+    name = "memory"
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    async def watch(self, kinds: Sequence[ResourceKind],
+                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        wanted = set(kinds)
+        known = {k: KnownObjects(k) for k in kinds}
+        task_status.started()
+        revision = await self._relist(known, send, first=True)
+        while True:
+            await self.store.wait_changed(revision)
+            changes = self.store.changes_since(revision)
+            if changes is None:
+                log.info("Memory datastore watcher fell behind the change log; relisting")
+                revision = await self._relist(known, send, first=False)
+                continue
+            for rev, kind, ns, name, obj in changes:
+                revision = rev
+                if kind not in wanted:
+                    continue
+                k = known[kind]
+                ev = (k.upsert(ns, name, obj, str(rev)) if obj is not None
+                      else k.delete(ns, name, str(rev)))
+                if ev is not None:
+                    await send.send(ev)
+
+    async def _relist(self, known: Mapping[ResourceKind, KnownObjects],
+                      send: trio.MemorySendChannel[DatastoreEvent], *, first: bool) -> int:
+        # Take every kind's list before the first await: the store can change while we send,
+        # and the log replay that follows must start exactly at this revision.
+        revision = self.store.revision
+        events = {kind: k.relist([(ns, name, obj, obj["metadata"]["resourceVersion"])
+                                  for ns, name, obj in self.store.list(kind)], str(revision))
+                  for kind, k in known.items()}
+        for kind, evs in events.items():
+            for ev in evs:
+                await send.send(ev)
+            if first:
+                await send.send(KindSynced(kind))
+        return revision

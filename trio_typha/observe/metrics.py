@@ -1,0 +1,101 @@
+"""Typha's Prometheus metrics, same names, types and labels (typha-operations §3).
+
+One :class:`Metrics` per daemon, on its own registry so tests can create several servers in
+one process.  Per-syncer series exist for all four syncer types from the start, as in Typha.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+from prometheus_client.metrics import MetricWrapperBase
+
+from ..model.kv import SYNCER_TYPES
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 process_metrics: bool = True) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        if process_metrics:
+            from prometheus_client import PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+            for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR):
+                with contextlib.suppress(ValueError):  # already on this registry
+                    self.registry.register(collector)
+        r = self.registry
+        self.connections_accepted = Counter(
+            "typha_connections_accepted", "Total number of connections accepted over time.",
+            registry=r)
+        self.connections_dropped = Counter(
+            "typha_connections_dropped",
+            "Total number of connections dropped due to rebalancing.", registry=r)
+        self.connections_active = Gauge(
+            "typha_connections_active", "Number of open client connections (including "
+            "connections that have not completed the handshake).", registry=r)
+        self.connections_streaming = Gauge(
+            "typha_connections_streaming", "Number of client connections that are streaming.",
+            ["syncer"], registry=r)
+        self.connections_grace_used = Counter(
+            "typha_connections_grace_used", "Number of connections that made use of the "
+            "grace period to catch up after sending the initial snapshot.", ["syncer"],
+            registry=r)
+        self.breadcrumb_seq_number = Gauge(
+            "typha_breadcrumb_seq_number", "Current (server-local) sequence number; number of "
+            "snapshot deltas processed.", ["syncer"], registry=r)
+        self.breadcrumb_non_block = Counter(
+            "typha_breadcrumb_non_block", "Count of the number of times Typha got the next "
+            "breadcrumb without blocking.", ["syncer"], registry=r)
+        self.breadcrumb_block = Counter(
+            "typha_breadcrumb_block", "Count of the number of times Typha got the next "
+            "breadcrumb after blocking.", ["syncer"], registry=r)
+        self.updates_total = Counter(
+            "typha_updates_total", "Total number of updates received from the Syncer.",
+            ["syncer"], registry=r)
+        self.updates_skipped = Counter(
+            "typha_updates_skipped", "Total number of updates skipped as duplicates.",
+            ["syncer"], registry=r)
+        self.cache_size = Gauge(
+            "typha_cache_size", "Number of key/value pairs in Typha's in-memory cache.",
+            ["syncer"], registry=r)
+        self.snapshots_generated = Counter(
+            "typha_snapshots_generated", "Number of binary snapshots generated.", ["syncer"],
+            registry=r)
+        self.snapshots_reused = Counter(
+            "typha_snapshots_reused", "Number of binary snapshots that were reused.",
+            ["syncer"], registry=r)
+        self.snapshot_raw_bytes = Gauge(
+            "typha_snapshot_raw_bytes", "Size of the most recent binary snapshot before "
+            "compression.", ["syncer"], registry=r)
+        self.snapshot_compressed_bytes = Gauge(
+            "typha_snapshot_compressed_bytes", "Size of the most recent binary snapshot after "
+            "compression.", ["syncer"], registry=r)
+        self.client_snapshot_send_secs = Summary(
+            "typha_client_snapshot_send_secs", "How long it took to send the initial snapshot "
+            "to each client.", ["syncer"], registry=r)
+        self.client_latency_secs = Summary(
+            "typha_client_latency_secs", "Per-client latency.  I.e. how far behind the current "
+            "state is each client.", ["syncer"], registry=r)
+        self.client_write_latency_secs = Summary(
+            "typha_client_write_latency_secs", "Distribution of latency for each client write.",
+            ["syncer"], registry=r)
+        self.next_breadcrumb_latency_secs = Summary(
+            "typha_next_breadcrumb_latency_secs", "Time to retrieve next breadcrumb when "
+            "batching.", ["syncer"], registry=r)
+        self.ping_latency = Summary(
+            "typha_ping_latency", "Round-trip ping latency to client.", ["syncer"], registry=r)
+        self.kvs_per_msg = Summary(
+            "typha_kvs_per_msg", "Number of KV pairs sent in each message.", ["syncer"],
+            registry=r)
+        self.breadcrumb_size = Summary(
+            "typha_breadcrumb_size", "Number of KVs recorded in each breadcrumb.", ["syncer"],
+            registry=r)
+        self.logs_dropped = Counter(
+            "typha_logs_dropped", "Number of logs dropped because the output stream was "
+            "blocked.", registry=r)
+        self.log_errors = Counter(
+            "typha_log_errors", "Number of errors encountered while logging.", registry=r)
+        for syncer in SYNCER_TYPES:
+            for metric in vars(self).values():
+                if isinstance(metric, MetricWrapperBase) and "syncer" in metric._labelnames:
+                    metric.labels(syncer=syncer)

@@ -1,0 +1,1 @@
+"""Syncer pipelines: datastore events → conversion → validation → snapshot cache."""

@@ -1,0 +1,76 @@
+"""Turns source-object events into New / Updated / Deleted updates of derived keys (pure).
+
+One datastore object may convert into several keys (a Profile gives labels, rules and its v3
+form; a Node gives host config keys and the v3 Node) and an update may drop some of them (a
+pod losing its IP drops its endpoint key).  The tracker remembers, per source object, which
+keys it produced last time and diffs the new conversion against that, like libcalico-go's
+watcher cache does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from ..datastore.base import ResourceEvent
+from ..model.kinds import ResourceKind
+from ..model.kv import SerializedUpdate, UpdateType
+from ..model.syncers import ConvertedKV, SyncerDefinition
+
+log = logging.getLogger(__name__)
+
+SourceKey = tuple[ResourceKind, str, str]  # kind, namespace, name
+
+
+class SourceTracker:
+    """Per syncer type: the derived keys of every source object seen so far."""
+
+    def __init__(self, definition: SyncerDefinition) -> None:
+        self.definition = definition
+        self._derived: dict[SourceKey, dict[str, ConvertedKV]] = {}
+        self.conversion_errors = 0
+
+    def __len__(self) -> int:
+        return len(self._derived)
+
+    def static_updates(self) -> list[SerializedUpdate]:
+        """Keys that exist whatever the datastore holds (the default-allow profile)."""
+        return [SerializedUpdate(kv.key, kv.value, "", kv.v3_resource_version,
+                                 update_type=UpdateType.NEW)
+                for kv in self.definition.static_kvs]
+
+    def apply(self, event: ResourceEvent) -> list[SerializedUpdate]:
+        source: SourceKey = (event.kind, event.namespace, event.name)
+        old = self._derived.get(source, {})
+        new: dict[str, ConvertedKV] = {}
+        if event.obj is not None:
+            try:
+                converted = self.definition.convert(event.kind, event.obj)
+            except Exception as exc:  # a bad object must not stop the pipeline
+                self.conversion_errors += 1
+                log.warning("Failed to convert %s %s/%s for the %s syncer, treating it as "
+                            "absent: %s", event.kind.kind, event.namespace, event.name,
+                            self.definition.syncer_type, exc)
+                converted = []
+            for kv in converted:
+                new[kv.key] = kv
+        updates = [
+            SerializedUpdate(key, kv.value, event.revision, kv.v3_resource_version,
+                             update_type=UpdateType.UPDATED if key in old else UpdateType.NEW)
+            for key, kv in new.items()
+        ]
+        updates.extend(
+            SerializedUpdate(key, None, event.revision, update_type=UpdateType.DELETED)
+            for key in old if key not in new
+        )
+        if new:
+            self._derived[source] = new
+        else:
+            self._derived.pop(source, None)
+        return updates
+
+    def apply_all(self, events: Iterable[ResourceEvent]) -> list[SerializedUpdate]:
+        out: list[SerializedUpdate] = []
+        for ev in events:
+            out.extend(self.apply(ev))
+        return out
