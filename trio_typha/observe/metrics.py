@@ -10,6 +10,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.utils import floatToGoString
 
 from ..model.kv import SYNCER_TYPES
 
@@ -99,3 +100,43 @@ class Metrics:
             for metric in vars(self).values():
                 if isinstance(metric, MetricWrapperBase) and "syncer" in metric._labelnames:
                     metric.labels(syncer=syncer)
+
+    def exposition(self) -> bytes:
+        """Text exposition with Typha's exact counter names.
+
+        prometheus-client appends ``_total`` to every counter sample and adds ``_created``;
+        Go's client does neither, and dashboards written for Typha query the Go names.
+        """
+        typha_names = {m._name: m._name for m in vars(self).values()
+                       if isinstance(m, MetricWrapperBase)}
+        for m in vars(self).values():
+            if isinstance(m, Counter) and m._name.endswith("_total"):
+                typha_names[m._name[: -len("_total")]] = m._name
+        out: list[str] = []
+        for family in self.registry.collect():
+            name = typha_names.get(family.name, family.name)
+            mtype = family.type if family.type != "unknown" else "untyped"
+            out.append(f"# HELP {name} {_escape_help(family.documentation)}")
+            out.append(f"# TYPE {name} {mtype}")
+            for s in family.samples:
+                if s.name.endswith("_created"):
+                    continue
+                sname = name if (family.type == "counter" and s.name.endswith("_total")) \
+                    else s.name
+                labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in s.labels.items())
+                out.append(f"{sname}{{{labels}}} {floatToGoString(s.value)}" if labels
+                           else f"{sname} {floatToGoString(s.value)}")
+        return ("\n".join(out) + "\n").encode()
+
+    def handle(self, path: str) -> tuple[int, str, bytes] | None:
+        if path != "/metrics":
+            return None
+        return 200, "text/plain; version=0.0.4; charset=utf-8", self.exposition()
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')

@@ -1,0 +1,108 @@
+"""Memory datastore + syncer pipeline + cache feed, in one trio run (no sockets)."""
+
+from __future__ import annotations
+
+import trio
+
+from trio_typha.cache import CacheFeed
+from trio_typha.datastore.memory import MemoryDatastore, MemoryStore
+from trio_typha.model import kinds as K
+from trio_typha.model.kv import SyncStatus, UpdateType
+from trio_typha.model.syncers import ConvertedKV, SyncerDefinition
+from trio_typha.syncer.pipeline import SyncerPipeline
+
+
+def convert(kind, obj):
+    md = obj["metadata"]
+    return [ConvertedKV(f"/{kind.plural}/{md.get('namespace', '')}/{md['name']}",
+                        str(obj.get("spec")).encode())]
+
+
+def ns(name, spec=None):
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": spec}
+
+
+async def settle() -> None:
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def test_pipeline_lists_syncs_and_follows_changes() -> None:
+    store = MemoryStore()
+    store.put(ns("a"))
+    store.put(ns("b"))
+    feed = CacheFeed("felix")
+    definition = SyncerDefinition("felix", (K.NAMESPACE, K.NODE), convert)
+    pipeline = SyncerPipeline(definition, MemoryDatastore(store), feed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pipeline.run)
+        with trio.fail_after(5):
+            await feed.wait_in_sync()
+        assert {u.key for u in feed.snapshot_point().snapshot()} == {"/namespaces//a",
+                                                                     "/namespaces//b"}
+        crumb = feed.latest
+        store.put(ns("a", {"x": 1}))
+        store.delete(K.NAMESPACE, "", "b")
+        store.put(ns("c"))
+        seen = []
+        with trio.fail_after(5):
+            while len(seen) < 3:
+                crumb = await feed.wait_next(crumb)
+                seen.extend((u.key, u.update_type) for u in crumb.updates)
+        assert seen == [("/namespaces//a", UpdateType.UPDATED),
+                        ("/namespaces//b", UpdateType.DELETED),
+                        ("/namespaces//c", UpdateType.NEW)]
+        # Rewriting an object with identical content is a no-op for clients.
+        before = feed.latest
+        store.put(ns("c"))
+        await settle()
+        assert feed.latest is before
+        nursery.cancel_scope.cancel()
+
+
+async def test_status_progression() -> None:
+    store = MemoryStore()
+    feed = CacheFeed("bgp")
+    statuses = []
+    definition = SyncerDefinition("bgp", (K.NODE,), convert)
+    pipeline = SyncerPipeline(definition, MemoryDatastore(store), feed)
+    start = feed.latest
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pipeline.run)
+        with trio.fail_after(5):
+            await feed.wait_in_sync()
+        crumb = start
+        while crumb.next is not None:
+            crumb = crumb.next
+            statuses.append(crumb.status)
+        nursery.cancel_scope.cancel()
+    assert statuses == [SyncStatus.RESYNC_IN_PROGRESS, SyncStatus.IN_SYNC]
+
+
+async def test_watcher_behind_the_log_relists_only_differences() -> None:
+    store = MemoryStore(history=3)
+    for i in range(5):
+        store.put(ns(f"n{i}"))
+    feed = CacheFeed("felix")
+    definition = SyncerDefinition("felix", (K.NAMESPACE,), convert)
+    send, recv = trio.open_memory_channel(0)  # unbuffered: the watcher blocks on each send
+    events = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(MemoryDatastore(store).watch, definition.kinds, send)
+        with trio.fail_after(5):
+            while len(events) < 6:  # 5 objects + KindSynced
+                events.append(await recv.receive())
+        # While the watcher is idle, make more changes than the log holds.
+        store.put(ns("n0", {"changed": True}))
+        for i in range(1, 5):
+            store.put(ns(f"new{i}"))
+        store.delete(K.NAMESPACE, "", "n4")
+        await settle()
+        more = []
+        with trio.fail_after(5):
+            while len(more) < 6:
+                more.append(await recv.receive())
+        nursery.cancel_scope.cancel()
+    names = sorted((e.name, e.deleted) for e in more)
+    assert names == [("n0", False), ("n4", True), ("new1", False), ("new2", False),
+                     ("new3", False), ("new4", False)]
+    assert feed.status is SyncStatus.WAIT_FOR_DATASTORE

@@ -1,0 +1,127 @@
+"""``trio-typha``: serve | client.
+
+``serve`` runs the daemon (configured like Typha: TYPHA_* variables, a config file, and flags
+that override both).  ``client`` is a debugging client in the spirit of Calico's typha-client:
+it prints the snapshot size, the time to in-sync, then updates; ``--once`` exits after in-sync
+with a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from . import BUILD_VERSION
+from .config import ConfigError, load_config, param_by_flag
+from .logs import early_level, setup_logging
+from .model.kv import SYNCER_TYPES
+
+log = logging.getLogger("trio_typha.cli")
+
+# flag -> Typha parameter it sets
+_SERVE_FLAGS = {
+    "datastore": "DatastoreType",
+    "host": "ServerHost",
+    "port": "ServerPort",
+    "seed": "MemorySeedFile",
+    "demo_cluster": "MemoryDemoCluster",
+    "log_level": "LogSeverityScreen",
+    "health_port": "HealthPort",
+    "health_host": "HealthHost",
+    "metrics_port": "PrometheusMetricsPort",
+    "protocols": "ServerProtocols",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trio-typha", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=BUILD_VERSION)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the Typha server")
+    s.add_argument("-c", "--config-file", help="INI config file (default /etc/calico/typha.cfg)")
+    s.add_argument("--datastore", help="kubernetes | etcdv3 | memory (TYPHA_DATASTORETYPE)")
+    s.add_argument("--host", help="listen address (TYPHA_SERVERHOST)")
+    s.add_argument("--port", help="listen port, default 5473 (TYPHA_SERVERPORT)")
+    s.add_argument("--seed", help="memory datastore: YAML of resources to load")
+    s.add_argument("--demo-cluster", help="memory datastore: synthetic cluster "
+                   "small | medium | large")
+    s.add_argument("--log-level", help="DEBUG | INFO | WARNING | ERROR (TYPHA_LOGSEVERITYSCREEN)")
+    s.add_argument("--health", action="store_true", help="serve /liveness and /readiness")
+    s.add_argument("--health-host", help="health bind address (TYPHA_HEALTHHOST)")
+    s.add_argument("--health-port", help="health port, default 9098 (TYPHA_HEALTHPORT)")
+    s.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics")
+    s.add_argument("--metrics-port", help="metrics port, default 9093")
+    s.add_argument("--protocols", help="all | typha | grpc (TYPHA_SERVERPROTOCOLS)")
+    s.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
+                   help="set any Typha parameter by name, e.g. --set ServerPingIntervalSecs=5")
+
+    c = sub.add_parser("client", help="debugging client: snapshot, in-sync, then updates")
+    c.add_argument("--addr", default="127.0.0.1:5473", help="HOST:PORT of the server")
+    c.add_argument("--syncer", default="felix", choices=SYNCER_TYPES)
+    c.add_argument("--protocol", default="typha", choices=("typha", "grpc"),
+                   help="Typha's gob protocol (as calico-node) or the gRPC Sync service")
+    c.add_argument("--once", action="store_true", help="exit after in-sync with a summary")
+    c.add_argument("--json", action="store_true", help="print keys and values as JSON lines")
+    c.add_argument("--hostname", default="trio-typha-client")
+    c.add_argument("--no-compression", action="store_true",
+                   help="typha protocol: act as a legacy client without snappy")
+    c.add_argument("--ca-file")
+    c.add_argument("--cert-file")
+    c.add_argument("--key-file")
+    c.add_argument("--server-cn", default="")
+    c.add_argument("--log-level", default="WARNING")
+    return p
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides: dict[str, str] = {}
+    for flag, param in _SERVE_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[param] = str(value)
+    if args.seed or args.demo_cluster:
+        overrides.setdefault("DatastoreType", "memory")
+    if args.health:
+        overrides["HealthEnabled"] = "true"
+    if args.metrics:
+        overrides["PrometheusMetricsEnabled"] = "true"
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected PARAM=VALUE")
+        overrides[param_by_flag(name).name] = value
+    cfg = load_config(config_file=args.config_file, overrides=overrides)
+    setup_logging(cfg.log_severity_screen)
+    from .daemon import Daemon
+    daemon = Daemon(cfg, handle_signals=True)
+    trio.run(daemon.run)
+    return 0
+
+
+def _client(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    from .client.cli import run_client
+    return trio.run(run_client, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    setup_logging(early_level())
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        return _client(args)
+    except ConfigError as exc:
+        print(f"trio-typha: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

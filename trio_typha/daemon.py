@@ -1,0 +1,263 @@
+"""The daemon's nursery tree: pipelines, the 5473 listener, health, metrics, signals, drain.
+
+Start order follows Typha: datastore and pipelines first, then the listener, then the health
+and metrics endpoints.  Shutdown (SIGTERM/SIGINT or :meth:`Daemon.shutdown`) also follows
+Typha: the listen socket closes at once, HTTP/2 connections get GOAWAY, then the remaining
+connections are closed one at a time so the clients do not all land on the other Typhas in
+the same instant.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from . import BUILD_VERSION
+from .cache import CacheFeed
+from .config import Config
+from .datastore.base import Datastore
+from .datastore.memory import MemoryDatastore, MemoryStore
+from .model.kinds import CALICO_V3_GROUP
+from .model.kv import SYNCER_TYPES, SyncStatus
+from .model.syncers import DatastoreMode, syncer_definition
+from .observe.health import Health, Report
+from .observe.httpd import serve_http
+from .observe.metrics import Metrics
+from .server.connections import ConnectionRegistry
+from .server.context import ServerContext, ServerSettings
+from .server.listener import ConnectionHandler, Protocols
+from .syncer.pipeline import SyncerPipeline
+
+log = logging.getLogger(__name__)
+
+
+def settings_from_config(cfg: Config) -> ServerSettings:
+    return ServerSettings(
+        ping_interval=cfg.server_ping_interval_secs or 10.0,
+        pong_timeout=cfg.server_pong_timeout_secs or 60.0,
+        handshake_timeout=cfg.server_handshake_timeout_secs or 10.0,
+        write_timeout=cfg.server_write_timeout_secs or 120.0,
+        max_fall_behind=cfg.server_max_fall_behind_secs or 300.0,
+        new_client_fall_behind_grace=cfg.server_new_client_fall_behind_grace_period or 300.0,
+        min_batching_age=cfg.server_min_batching_age_threshold_secs or 0.1,
+        max_message_size=max(cfg.server_max_message_size, 1),
+        snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
+        max_concurrent_streams=cfg.server_max_concurrent_streams,
+        drain_timeout=cfg.server_drain_timeout_secs,
+    ).normalized()
+
+
+def make_datastore(cfg: Config, store: MemoryStore | None = None) -> tuple[Datastore, dict[str, Any]]:
+    """Build the configured datastore; returns it and the syncer_definition keyword args."""
+    if cfg.datastore_type == "memory":
+        if store is None:
+            store = MemoryStore()
+            load_memory_contents(store, cfg)
+        return MemoryDatastore(store), {"mode": DatastoreMode.KDD,
+                                        "calico_group": CALICO_V3_GROUP}
+    if cfg.datastore_type == "kubernetes":
+        from .datastore.kubernetes import KubernetesDatastore
+        ds = KubernetesDatastore.from_environment()
+        return ds, {"mode": DatastoreMode.KDD, "calico_group": ds.calico_group}
+    from .datastore.etcd import EtcdDatastore
+    return EtcdDatastore.from_config(cfg), {"mode": DatastoreMode.ETCD,
+                                            "calico_group": CALICO_V3_GROUP}
+
+
+def load_memory_contents(store: MemoryStore, cfg: Config) -> None:
+    from .datastore import seed, synthetic
+    if cfg.memory_demo_cluster:
+        n = store.put_all(synthetic.generate(cfg.memory_demo_cluster))
+        log.info("Loaded demo cluster %r: %d objects", cfg.memory_demo_cluster, n)
+    if cfg.memory_seed_file:
+        n = store.put_all(seed.load_seed_file(cfg.memory_seed_file))
+        log.info("Loaded %d objects from seed file %s", n, cfg.memory_seed_file)
+
+
+class Daemon:
+    """Everything ``trio-typha serve`` runs, as one object with one ``run``."""
+
+    def __init__(self, cfg: Config, *, store: MemoryStore | None = None,
+                 datastore: Datastore | None = None, handle_signals: bool = False,
+                 syncer_types: tuple[str, ...] = SYNCER_TYPES) -> None:
+        self.config = cfg
+        self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled)
+        self.health = Health()
+        self.handle_signals = handle_signals
+        self.syncer_types = syncer_types
+        self.store = store
+        if datastore is not None:
+            self.datastore, self._definition_args = datastore, {"mode": DatastoreMode.KDD}
+        else:
+            self.datastore, self._definition_args = make_datastore(cfg, store)
+        self.settings = settings_from_config(cfg)
+        self.pipelines: dict[str, SyncerPipeline] = {}
+        self.ctx: ServerContext | None = None
+        self.connections = ConnectionRegistry()
+        self.ports: dict[str, int] = {}
+        self._shutdown = trio.Event()
+        self._listener_scope: trio.CancelScope | None = None
+        self.listening = False
+
+    # -- readiness --------------------------------------------------------------------------
+
+    def _cache_report(self, pipeline: SyncerPipeline) -> Report:
+        status = pipeline.feed.status
+        detail = "" if status is SyncStatus.IN_SYNC else f"syncer status {status.name}"
+        if pipeline.failing:
+            detail = "; ".join(pipeline.failing.values())
+        return Report(live=True, ready=pipeline.ready, detail=detail)
+
+    def _server_report(self) -> Report:
+        return Report(live=True, ready=self.listening,
+                      detail="" if self.listening else "not listening")
+
+    @property
+    def ready(self) -> bool:
+        return self.health.ready
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Begin a graceful shutdown (idempotent)."""
+        if self._shutdown.is_set():
+            log.info("Shutdown already in progress")
+        self._shutdown.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Run until :meth:`shutdown` (or a signal) has drained every connection."""
+        cfg = self.config
+        log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.datastore.name)
+        feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
+                              snapshot_reuse_age=cfg.snapshot_reuse_age_secs)
+                 for t in self.syncer_types}
+        self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION)
+        validator = _validator()
+        async with trio.open_nursery() as nursery:
+            if self.handle_signals:
+                nursery.start_soon(self._signals)
+            log.info("Starting the datastore Syncer/cache layer")
+            for syncer_type, feed in feeds.items():
+                definition = syncer_definition(syncer_type, **self._definition_args)
+                pipeline = SyncerPipeline(definition, self.datastore, feed,
+                                          validator=validator, metrics=self.metrics)
+                self.pipelines[syncer_type] = pipeline
+                self.health.register(f"{syncer_type}-cache",
+                                     lambda p=pipeline: self._cache_report(p))
+                await nursery.start(pipeline.run)
+            self.health.register("SyncServer", self._server_report)
+            await nursery.start(self._serve_sync)
+            if cfg.health_enabled:
+                log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
+                         cfg.health_port)
+                listeners = await nursery.start(serve_http, cfg.health_host, cfg.health_port,
+                                                self.health.handle)
+                self.ports["health"] = listeners[0].socket.getsockname()[1]
+            if cfg.prometheus_metrics_enabled:
+                log.info("Prometheus metrics enabled. Starting server. port=%d",
+                         cfg.prometheus_metrics_port)
+                listeners = await nursery.start(serve_http, cfg.prometheus_metrics_host,
+                                                cfg.prometheus_metrics_port, self.metrics.handle)
+                self.ports["metrics"] = listeners[0].socket.getsockname()[1]
+            task_status.started(self)
+            await self._shutdown.wait()
+            await self._drain()
+            nursery.cancel_scope.cancel()
+        log.info("Server has shut down.")
+
+    async def _serve_sync(self, *, task_status: trio.TaskStatus[None]) -> None:
+        cfg = self.config
+        assert self.ctx is not None
+        ssl_context = None
+        if cfg.tls_enabled:
+            from .server.tls import server_ssl_context
+            ssl_context = server_ssl_context(cfg.server_cert_file, cfg.server_key_file,
+                                             cfg.ca_file)
+        handler = ConnectionHandler(
+            self.ctx, _protocols(cfg.server_protocols), ssl_context=ssl_context,
+            client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san,
+            on_accept=self.metrics.connections_accepted.inc)
+        log.info("Opening %slisten socket host=%s port=%d", "TLS " if ssl_context else "",
+                 cfg.server_host or "*", cfg.port)
+        listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.server_host or None)
+        self.ports["server"] = listeners[0].socket.getsockname()[1]
+        with trio.CancelScope() as scope:
+            self._listener_scope = scope
+            async with trio.open_nursery() as conns:
+                self.connections.nursery = conns
+                conns.start_soon(self._accept_loop, listeners, handler)
+                self.listening = True
+                log.info("Opened listen socket port=%d", self.ports["server"])
+                task_status.started()
+        self.listening = False
+
+    async def _accept_loop(self, listeners: list[trio.SocketListener],
+                           handler: ConnectionHandler) -> None:
+        async def accept(listener: trio.SocketListener) -> None:
+            async with listener:
+                while True:
+                    try:
+                        sock = await listener.accept()
+                    except OSError as exc:  # e.g. EMFILE: back off instead of spinning
+                        log.warning("Accept failed: %s", exc)
+                        await trio.sleep(0.1)
+                        continue
+                    self.connections.spawn(handler, sock, self.metrics.connections_active)
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(accept, listener)
+            self.connections.accepting = nursery.cancel_scope
+
+    async def _drain(self) -> None:
+        """Typha's graceful shutdown: close the listener, GOAWAY, then drop one at a time."""
+        assert self.ctx is not None
+        log.info("Starting graceful shutdown...")
+        if self.connections.accepting is not None:
+            self.connections.accepting.cancel()
+        self.listening = False
+        self.ctx.draining.set()
+        cfg = self.config
+        with trio.move_on_after(cfg.shutdown_timeout_secs):
+            n = len(self.connections)
+            if n:
+                interval = min(cfg.shutdown_timeout_secs * 0.95 / n,
+                               cfg.shutdown_connection_drop_interval_max_secs or 1.0)
+                while len(self.connections) > 0:
+                    await trio.sleep(interval * 0.95 + random.random() * interval * 0.10)
+                    if self.connections.drop_one("graceful shutdown in progress") is None:
+                        break
+        log.info("Finished closing connections, completing shutdown")
+        if self._listener_scope is not None:
+            self._listener_scope.cancel()
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("Received %s, shutting down", signal.Signals(signum).name)
+                self.shutdown()
+
+
+def _protocols(which: str) -> Protocols:
+    gob = h2 = None
+    if which in ("all", "typha"):
+        from .protocols.gob.server import serve_gob_connection
+        gob = serve_gob_connection
+    if which in ("all", "grpc"):
+        from .protocols.grpc.server import serve_h2_connection
+        h2 = serve_h2_connection
+    return Protocols(gob=gob, h2=h2)
+
+
+def _validator() -> Any:
+    from .model import validation
+    return validation.validate_updates
+
+
+def feeds_in_sync(feeds: Mapping[str, CacheFeed]) -> bool:
+    return all(f.status is SyncStatus.IN_SYNC for f in feeds.values())
