@@ -17,6 +17,8 @@ import trio
 
 from . import BUILD_VERSION
 from .config import ConfigError, load_config, param_by_flag
+from .datastore.memory import StoreError
+from .datastore.seed import SeedError
 from .logs import early_level, setup_logging
 from .model.kv import SYNCER_TYPES
 
@@ -34,6 +36,7 @@ _SERVE_FLAGS = {
     "health_host": "HealthHost",
     "metrics_port": "PrometheusMetricsPort",
     "protocols": "ServerProtocols",
+    "churn": "MemoryChurnRate",
 }
 
 
@@ -50,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", help="memory datastore: YAML of resources to load")
     s.add_argument("--demo-cluster", help="memory datastore: synthetic cluster "
                    "small | medium | large")
+    s.add_argument("--churn", metavar="RATE", help="memory datastore: writes per second of "
+                   "pod/policy churn")
     s.add_argument("--log-level", help="DEBUG | INFO | WARNING | ERROR (TYPHA_LOGSEVERITYSCREEN)")
     s.add_argument("--health", action="store_true", help="serve /liveness and /readiness")
     s.add_argument("--health-host", help="health bind address (TYPHA_HEALTHHOST)")
@@ -118,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _client(args)
     except ConfigError as exc:
         print(f"trio-typha: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (SeedError, StoreError) as exc:
+        print(f"trio-typha: cannot load the memory datastore: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -191,7 +191,9 @@ PARAMS: tuple[Param, ...] = (
     _p("ServerDrainTimeoutSecs", "server_drain_timeout_secs", _seconds, 10.0),
     _p("SnapshotReuseAgeSecs", "snapshot_reuse_age_secs", _seconds, 0.0),
     _p("MemorySeedFile", "memory_seed_file", _file_must_exist, ""),
-    _p("MemoryDemoCluster", "memory_demo_cluster", _oneof("", "small", "medium", "large"), ""),
+    _p("MemoryDemoCluster", "memory_demo_cluster",
+       _oneof("", "tiny", "small", "medium", "large"), ""),
+    _p("MemoryChurnRate", "memory_churn_rate", _seconds, 0.0),
 )
 
 _BY_NAME = {p.name.lower(): p for p in PARAMS}
@@ -248,6 +250,7 @@ class Config:
     snapshot_reuse_age_secs: float
     memory_seed_file: str
     memory_demo_cluster: str
+    memory_churn_rate: float
 
     @property
     def port(self) -> int:

@@ -90,6 +90,9 @@ class Daemon:
         self.health = Health()
         self.handle_signals = handle_signals
         self.syncer_types = syncer_types
+        if store is None and datastore is None and cfg.datastore_type == "memory":
+            store = MemoryStore()
+            load_memory_contents(store, cfg)
         self.store = store
         if datastore is not None:
             self.datastore, self._definition_args = datastore, {"mode": DatastoreMode.KDD}
@@ -120,6 +123,11 @@ class Daemon:
     @property
     def ready(self) -> bool:
         return self.health.ready
+
+    async def wait_in_sync(self) -> None:
+        """Wait until every pipeline has reported InSync (after :meth:`run` has started)."""
+        for pipeline in self.pipelines.values():
+            await pipeline.feed.wait_in_sync()
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -165,6 +173,9 @@ class Daemon:
                 listeners = await nursery.start(serve_http, cfg.prometheus_metrics_host,
                                                 cfg.prometheus_metrics_port, self.metrics.handle)
                 self.ports["metrics"] = listeners[0].socket.getsockname()[1]
+            if self.store is not None and cfg.memory_churn_rate > 0:
+                from .datastore.churn import Churn
+                await nursery.start(Churn(self.store, cfg.memory_churn_rate).run)
             task_status.started(self)
             await self._shutdown.wait()
             await self._drain()

@@ -1,0 +1,111 @@
+"""Fan-out benchmark: N clients take a synthetic cluster's snapshot, then live churn.
+
+    python bench/fanout.py --protocol grpc --clients 100 --cluster medium --rate 50 --seconds 60
+
+The server (the real daemon, memory datastore) runs in this process so its CPU time and peak
+RSS are this process's; clients run in separate processes.  Reports: time until every client
+is in sync, server CPU seconds (total and during the churn), peak RSS, and the p50/p99 delay
+from the datastore write (which stamps the pod with the wall clock) to client receipt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import trio
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import cpu_seconds, percentiles, report, rss_peak_mib  # noqa: E402
+
+from trio_typha.config import load_config  # noqa: E402
+from trio_typha.daemon import Daemon  # noqa: E402
+from trio_typha.datastore.churn import Churn  # noqa: E402
+from trio_typha.datastore.memory import MemoryStore  # noqa: E402
+from trio_typha.datastore.synthetic import generate  # noqa: E402
+
+
+def client_command(protocol: str, port: int, n: int, syncer: str) -> list[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if protocol == "grpc":
+        return [sys.executable, os.path.join(here, "grpc_clients.py"),
+                "--target", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer]
+    return [sys.executable, os.path.join(here, "typha_clients.py"),
+            "--port", str(port), "--n", str(n), "--syncer", syncer]
+
+
+async def run(args: argparse.Namespace) -> dict:
+    store = MemoryStore()
+    t_load = time.monotonic()
+    objects = store.put_all(generate(args.cluster))
+    load_s = time.monotonic() - t_load
+    cfg = load_config({}, overrides={
+        "DatastoreType": "memory", "ServerPort": str(args.port), "ServerHost": "127.0.0.1",
+        "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
+        "ServerPingIntervalSecs": "10"})
+    result: dict = {"bench": "fanout", "protocol": args.protocol, "clients": args.clients,
+                    "cluster": args.cluster, "objects": objects, "rate": args.rate,
+                    "churn_seconds": args.seconds, "store_load_s": round(load_s, 2)}
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store).run)
+        t0 = trio.current_time()
+        await daemon.wait_in_sync()
+        result["server_in_sync_s"] = round(trio.current_time() - t0, 2)
+        result["felix_keys"] = len(daemon.pipelines["felix"].feed.cache)
+        port = daemon.ports["server"]
+        cpu0 = cpu_seconds()
+        per_proc = [args.clients // args.procs + (i < args.clients % args.procs)
+                    for i in range(args.procs)]
+        procs = [subprocess.Popen(client_command(args.protocol, port, n, args.syncer),  # noqa: ASYNC220
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for n in per_proc if n]
+        t_start = trio.current_time()
+        in_sync = [json.loads(await trio.to_thread.run_sync(p.stdout.readline))
+                   for p in procs]
+        result["all_in_sync_s"] = round(trio.current_time() - t_start, 2)
+        result["snapshot_cpu_s"] = round(cpu_seconds() - cpu0, 2)
+        result["client_errors"] = [e for r in in_sync for e in r.get("errors", [])]
+        cpu1 = cpu_seconds()
+        churn = Churn(store, args.rate, policy_fraction=0.0)
+        with trio.move_on_after(args.seconds):
+            await churn.run()
+        result["churn_writes"] = churn.writes
+        result["churn_cpu_s"] = round(cpu_seconds() - cpu1, 2)
+        await trio.sleep(1)  # let the last writes arrive
+        delays: list[float] = []
+        for p in procs:
+            p.stdin.close()
+            line = await trio.to_thread.run_sync(p.stdout.readline)
+            done = json.loads(line)
+            delays.extend(done["delays"])
+            result["client_errors"] += done.get("errors", [])
+            await trio.to_thread.run_sync(p.wait)
+        result["delay"] = percentiles(delays)
+        result["expected_deliveries"] = churn.writes * args.clients
+        result["server_cpu_total_s"] = round(cpu_seconds(), 2)
+        result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
+        daemon.shutdown()
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--protocol", choices=("grpc", "typha"), default="grpc")
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--procs", type=int, default=2, help="client processes")
+    p.add_argument("--cluster", default="medium")
+    p.add_argument("--syncer", default="felix")
+    p.add_argument("--rate", type=float, default=50.0)
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--snapshot-reuse", type=float, default=1.0,
+                   help="SnapshotReuseAgeSecs for the server")
+    report(trio.run(run, p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

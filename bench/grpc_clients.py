@@ -1,0 +1,101 @@
+"""N concurrent grpcio (asyncio) clients of typha.v1.Sync, for bench/fanout.py.
+
+Prints JSON lines on stdout: {"event": "in_sync", ...} once every client is in sync, and
+{"event": "done", ...} with the delay statistics when stdin closes.  Each client has its own
+TCP connection (a local subchannel pool), as each calico-node has its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+
+import grpc
+
+from trio_typha.protocols.grpc import typha_pb2 as pb
+
+CHURN = re.compile(rb'"churn-ts":"(\d+)"')
+
+
+class Client:
+    def __init__(self, target: str, syncer: str) -> None:
+        self.target = target
+        self.syncer = syncer
+        self.in_sync = asyncio.Event()
+        self.delays: list[float] = []
+        self.keys = 0
+        self.updates = 0
+        self.error: str | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        opts = [("grpc.use_local_subchannel_pool", 1),
+                ("grpc.max_receive_message_length", 64 << 20)]
+        async with grpc.aio.insecure_channel(self.target, options=opts) as channel:
+            method = channel.stream_stream(
+                "/typha.v1.Sync/Sync", request_serializer=pb.SyncRequest.SerializeToString,
+                response_deserializer=pb.SyncResponse.FromString)
+            call = method()
+            await call.write(pb.SyncRequest(start=pb.SyncRequestStart(
+                syncer_type=self.syncer, hostname="bench")))
+            finished = False
+            try:
+                async for msg in call:
+                    which = msg.WhichOneof("msg")
+                    if which == "update":
+                        now = time.time_ns()
+                        self.updates += len(msg.update.kvs)
+                        if finished:
+                            for kv in msg.update.kvs:
+                                m = CHURN.search(kv.value)
+                                if m:
+                                    self.delays.append((now - int(m.group(1))) / 1e9)
+                        else:
+                            self.keys += len(msg.update.kvs)
+                    elif which == "finished":
+                        finished = True
+                        self.in_sync.set()
+                    elif which == "ping":
+                        await call.write(pb.SyncRequest(ack=pb.Ack(
+                            ping_id=msg.ping.id,
+                            ping_timestamp_unix_nanos=msg.ping.timestamp_unix_nanos)))
+                    if stop.is_set():
+                        break
+            except grpc.aio.AioRpcError as exc:
+                self.error = f"{exc.code().name}: {exc.details()}"
+                self.in_sync.set()
+            finally:
+                call.cancel()
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--target", required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--syncer", default="felix")
+    args = p.parse_args()
+    stop = asyncio.Event()
+    clients = [Client(args.target, args.syncer) for _ in range(args.n)]
+    t0 = time.monotonic()
+    tasks = [asyncio.create_task(c.run(stop)) for c in clients]
+    await asyncio.gather(*(c.in_sync.wait() for c in clients))
+    print(json.dumps({"event": "in_sync", "seconds": time.monotonic() - t0,
+                      "keys_min": min(c.keys for c in clients),
+                      "errors": [c.error for c in clients if c.error][:5]}), flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)  # until the runner closes stdin
+    stop.set()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    delays = [d for c in clients for d in c.delays]
+    print(json.dumps({"event": "done", "delays": delays,
+                      "updates": sum(c.updates for c in clients),
+                      "errors": [c.error for c in clients if c.error][:5]}), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sourced by tests/run.sh and testbed/demo.sh: makes a fresh Debian machine ready.
+#   bootstrap_env            python3-venv + .venv with trio-typha installed
+#   bootstrap_env test       ... plus the test extras, etcd-server and Go
+set -euo pipefail
+
+_sudo() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+bootstrap_env() {
+  local want=${1:-}
+  local missing=()
+  python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+  if [ "$want" = test ]; then
+    command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || missing+=(etcd-server)
+    command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing ${missing[*]} (apt)" >&2
+    _sudo apt-get update -qq
+    _sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  fi
+  if [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+  if [ ! -x .venv/bin/python ]; then
+    echo "== creating .venv" >&2
+    python3 -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --upgrade pip >&2
+  if [ "$want" = test ]; then
+    .venv/bin/python -m pip install -q -e '.[test]' >&2
+  else
+    .venv/bin/python -m pip install -q -e . >&2
+  fi
+}

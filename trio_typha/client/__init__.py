@@ -1,0 +1,1 @@
+"""Python clients for both of trio-typha's protocols."""

@@ -1,0 +1,127 @@
+"""``trio-typha client``: connect, report the snapshot and time to in-sync, then updates.
+
+Output: one human-readable line per milestone on stderr-free stdout; with ``--json`` every
+key/value as a JSON line (``{"key", "value", "revision", "type"}``) and a final summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import ssl
+import sys
+from typing import Any
+
+import trio
+
+from ..model.kv import SerializedUpdate, SyncStatus
+from ..protocols.grpc.status import GrpcError
+from .view import SyncView
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _kv_json(u: SerializedUpdate) -> dict[str, Any]:
+    value: Any = None
+    if u.value:
+        try:
+            value = u.value.decode()
+        except UnicodeDecodeError:
+            value = u.value.hex()
+    return {"key": u.key, "value": value, "revision": u.revision,
+            "type": u.update_type.name.lower()}
+
+
+def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if not (args.ca_file or args.cert_file):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=args.ca_file)
+    ctx.check_hostname = False  # Typha checks CN / URI SAN, not the host name
+    if args.cert_file:
+        ctx.load_cert_chain(args.cert_file, args.key_file)
+    return ctx
+
+
+class Reporter:
+    """Prints progress the same way for both protocols."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.view = SyncView()
+        self.start = trio.current_time()
+        self.synced_at: float | None = None
+
+    def updates(self, updates: list[SerializedUpdate], *, snapshot: bool) -> None:
+        self.view.apply(updates)
+        if self.args.json and not (self.args.once and not snapshot and self.synced_at):
+            for u in updates:
+                _emit(_kv_json(u))
+        elif not self.args.json and self.synced_at is not None:
+            for u in updates:
+                print(f"{u.update_type.name:<8} {u.key}")
+
+    def status(self, status: SyncStatus) -> bool:
+        """Record a status; True when the client should stop (``--once`` and in sync)."""
+        self.view.status = status
+        if status is SyncStatus.IN_SYNC and self.synced_at is None:
+            self.synced_at = trio.current_time()
+            line = {"syncer": self.args.syncer, "protocol": self.args.protocol,
+                    "status": "in-sync", "keys": len(self.view.kvs),
+                    "seconds_to_in_sync": round(self.synced_at - self.start, 3)}
+            if self.args.json:
+                _emit({"summary": line})
+            else:
+                print(f"in sync: syncer={line['syncer']} protocol={line['protocol']} "
+                      f"keys={line['keys']} time={line['seconds_to_in_sync']}s")
+            return self.args.once
+        return False
+
+
+async def _run_grpc(args: argparse.Namespace, host: str, port: int, rep: Reporter) -> None:
+    from . import grpc as g
+    stream = await g.open_stream(host, port, ssl_context=_ssl_context(args),
+                                 server_hostname=args.server_cn or None)
+    async with stream:
+        async for ev in g.sync(stream, args.syncer, hostname=args.hostname):
+            if isinstance(ev, g.Updates):
+                rep.updates(ev.updates, snapshot=ev.snapshot)
+            elif isinstance(ev, g.Finished | g.StatusChanged) and rep.status(ev.status):
+                return
+
+
+async def _run_typha(args: argparse.Namespace, host: str, port: int, rep: Reporter) -> None:
+    from .typha import TyphaClient
+    client = TyphaClient(host, port, syncer_type=args.syncer, hostname=args.hostname,
+                         compression=not args.no_compression, ssl_context=_ssl_context(args),
+                         server_hostname=args.server_cn or None)
+    async for batch in client.batches():
+        if batch.updates:
+            rep.updates(batch.updates, snapshot=not batch.after_snapshot)
+        if batch.status is not None and rep.status(batch.status):
+            return
+
+
+async def run_client(args: argparse.Namespace) -> int:
+    host, _, port_s = args.addr.rpartition(":")
+    try:
+        port = int(port_s)
+    except ValueError:
+        print(f"trio-typha client: --addr {args.addr!r}: expected HOST:PORT", file=sys.stderr)
+        return 2
+    rep = Reporter(args)
+    run = _run_grpc if args.protocol == "grpc" else _run_typha
+    try:
+        await run(args, host.strip("[]") or "127.0.0.1", port, rep)
+    except GrpcError as exc:
+        print(f"trio-typha client: stream ended: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"trio-typha client: cannot connect to {args.addr}: {exc}", file=sys.stderr)
+        return 1
+    if args.once and rep.synced_at is None:
+        print("trio-typha client: connection ended before in-sync", file=sys.stderr)
+        return 1
+    return 0

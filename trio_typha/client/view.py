@@ -1,0 +1,37 @@
+"""What a sync client has received: the KV set, the status, and progress counters.
+
+Both protocol clients feed one of these, so the CLI, the test bed's fleet and the tests
+compare the two protocols on equal terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..model.kv import SerializedUpdate, SyncStatus
+
+
+@dataclass
+class SyncView:
+    kvs: dict[str, SerializedUpdate] = field(default_factory=dict)
+    status: SyncStatus = SyncStatus.WAIT_FOR_DATASTORE
+    snapshot_done: bool = False
+    snapshot_size: int = 0
+    updates_received: int = 0
+    pings: int = 0
+
+    def apply(self, updates: Iterable[SerializedUpdate]) -> None:
+        for u in updates:
+            self.updates_received += 1
+            if u.deleted:
+                self.kvs.pop(u.key, None)
+            else:
+                self.kvs[u.key] = u
+
+    @property
+    def in_sync(self) -> bool:
+        return self.status is SyncStatus.IN_SYNC
+
+    def as_dict(self) -> dict[str, bytes]:
+        return {k: v.value or b"" for k, v in self.kvs.items()}
