@@ -1,0 +1,27 @@
+# trio-typha tasks.  `just` is optional: every recipe is a plain command.
+
+default:
+    @just --list
+
+# Run the whole test suite (installs its own dependencies).
+test *ARGS:
+    bash tests/run.sh {{ARGS}}
+
+# The embedded demo: synthetic cluster, churn, clients on both protocols.
+demo:
+    bash testbed/demo.sh
+
+# Serve a synthetic cluster from the memory datastore.
+serve CLUSTER="small":
+    .venv/bin/trio-typha serve --datastore memory --demo-cluster {{CLUSTER}} --health --metrics
+
+# Fan-out benchmark, e.g. `just bench grpc 100`.
+bench PROTOCOL="grpc" CLIENTS="100":
+    .venv/bin/python bench/fanout.py --protocol {{PROTOCOL}} --clients {{CLIENTS}}
+
+# Regenerate the protobuf module from proto/typha.proto.
+proto:
+    .venv/bin/python tools/gen_proto.py
+
+lint:
+    .venv/bin/ruff check .
