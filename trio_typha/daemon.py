@@ -30,6 +30,7 @@ from .observe.httpd import serve_http
 from .observe.metrics import Metrics
 from .server.connections import ConnectionRegistry
 from .server.context import ServerContext, ServerSettings
+from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .syncer.pipeline import SyncerPipeline
 
@@ -106,6 +107,7 @@ class Daemon:
         self._shutdown = trio.Event()
         self._listener_scope: trio.CancelScope | None = None
         self.listening = False
+        self.governor: Governor | None = None
 
     # -- readiness --------------------------------------------------------------------------
 
@@ -203,6 +205,11 @@ class Daemon:
             async with trio.open_nursery() as conns:
                 self.connections.nursery = conns
                 conns.start_soon(self._accept_loop, listeners, handler)
+                self.governor = Governor(
+                    self.connections, limit=cfg.max_connections_upper_limit,
+                    interval=cfg.connection_drop_interval_secs or 1.0,
+                    on_drop=self.metrics.connections_dropped.inc)
+                await conns.start(self.governor.run)
                 self.listening = True
                 log.info("Opened listen socket port=%d", self.ports["server"])
                 task_status.started()

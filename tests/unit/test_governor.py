@@ -1,0 +1,52 @@
+"""Typha's connection-limit formula and the governor that enforces it."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from trio_typha.server.connections import ConnectionRegistry
+from trio_typha.server.governor import Governor, max_conn_limit
+
+
+@pytest.mark.parametrize(("typhas", "nodes", "expected"), [
+    (3, 100, (400, "configured lower limit")),
+    (2, 100, (484, "fraction+20%")),
+    (3, 1000, (2404, "fraction+20%")),
+    (1, 1000, (10000, "lone typha")),
+    (0, 1000, (10000, "lone typha")),
+    (None, 1000, (10000, "error")),
+    (2, 100_000, (10000, "configured upper limit")),
+])
+def test_typha_worked_examples(typhas, nodes, expected) -> None:
+    assert max_conn_limit(num_typhas=typhas, num_nodes=nodes, syncer_types=4, lower=400,
+                          upper=10000) == expected
+
+
+def test_typha_unit_test_case() -> None:
+    assert max_conn_limit(num_typhas=5, num_nodes=100, syncer_types=3, lower=11,
+                          upper=101)[0] == 93
+
+
+async def idle(stream) -> None:
+    await trio.sleep_forever()
+
+
+async def test_governor_drops_one_per_interval_until_under_limit(autojump_clock) -> None:
+    registry = ConnectionRegistry()
+    dropped: list[float] = []
+    async with trio.open_nursery() as nursery:
+        registry.nursery = nursery
+        for _ in range(5):
+            a, _b = trio.testing.memory_stream_pair()
+            registry.spawn(idle, a)
+        await trio.testing.wait_all_tasks_blocked()
+        gov = Governor(registry, limit=2, interval=1.0,
+                       on_drop=lambda: dropped.append(trio.current_time()))
+        await nursery.start(gov.run)
+        await trio.sleep(10)
+        assert len(registry) == 2
+        assert len(dropped) == 3
+        gaps = [b - a for a, b in zip(dropped, dropped[1:], strict=False)]
+        assert all(1.0 <= g <= 1.1 for g in gaps)
+        nursery.cancel_scope.cancel()
