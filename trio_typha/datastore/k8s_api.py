@@ -1,0 +1,227 @@
+"""A small Kubernetes REST client on httpx: list pages, watch streams, API-group discovery.
+
+httpx's ``AsyncClient`` runs under trio (httpcore detects it) and speaks HTTP/1.1 here, so
+each kind's watch holds a connection of its own while lists reuse pooled ones.
+Authentication headers are refreshed periodically: service-account tokens are rotated on
+disk by the kubelet, and kubeconfig exec plugins mint short-lived tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import trio
+
+from ..model.kinds import ResourceKind
+from .k8s_config import KubeClientConfig, build_ssl_context, read_token_file
+from .k8s_stream import LineDecoder, MalformedResponse, StatusInfo, WatchEvent, parse_watch_event
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "trio-typha"
+
+
+class ApiError(Exception):
+    """The API server answered a request with an error status."""
+
+    def __init__(self, method: str, path: str, http_status: int, status: StatusInfo) -> None:
+        detail = status.message or status.reason or "no detail"
+        super().__init__(f"{method} {path}: HTTP {http_status}: {detail}")
+        self.http_status = http_status
+        self.status = status
+
+    @property
+    def expired(self) -> bool:
+        """The resourceVersion asked for is unusable (410, or too new): list afresh."""
+        return self.http_status == 410 or self.status.expired or self.status.too_large_rv
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> ApiError:
+        try:
+            status = StatusInfo.from_object(json.loads(response.content))
+        except ValueError:
+            status = StatusInfo(response.status_code, response.reason_phrase,
+                                response.text[:200])
+        return cls(response.request.method, response.request.url.path, response.status_code,
+                   status)
+
+
+def client_options(config: KubeClientConfig) -> dict[str, Any]:
+    """httpx client arguments (sync or async) for ``config``, minus auth and timeouts."""
+    return {"base_url": config.server,
+            "verify": build_ssl_context(config) if config.uses_tls else True,
+            "proxy": config.proxy, "trust_env": False,
+            "headers": {"Accept": "application/json", "User-Agent": USER_AGENT}}
+
+
+def served_groups_blocking(config: KubeClientConfig, *, timeout: float = 10.0) -> set[str]:
+    """``GET /apis`` with a blocking client: startup discovery before the trio loop runs
+    (Calico discovers its API group the same way, while building its client)."""
+    headers = {"Authorization": config.authorization} if config.authorization else {}
+    extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
+    with httpx.Client(**client_options(config), timeout=timeout) as client:
+        response = client.get("/apis", headers=headers, extensions=extensions)
+        if response.status_code != 200:
+            raise ApiError.from_response(response)
+        try:
+            return group_names(response.json())
+        except ValueError as exc:
+            raise MalformedResponse(f"GET /apis: response is not JSON: {exc}") from exc
+
+
+def group_names(doc: Any) -> set[str]:
+    """The group names in an ``APIGroupList``."""
+    groups = doc.get("groups") if isinstance(doc, dict) else None
+    return {g["name"] for g in groups or ()
+            if isinstance(g, dict) and isinstance(g.get("name"), str)}
+
+
+def resource_path(kind: ResourceKind) -> str:
+    """The collection URL of ``kind`` across all namespaces."""
+    if kind.group:
+        return f"/apis/{kind.group}/{kind.version}/{kind.plural}"
+    return f"/api/{kind.version}/{kind.plural}"
+
+
+class KubeApi:
+    """The httpx client for one API server (use as an async context manager)."""
+
+    def __init__(self, config: KubeClientConfig, *, request_timeout: float = 30.0,
+                 auth_refresh_interval: float = 60.0) -> None:
+        self.config = config
+        self.auth_refresh_interval = auth_refresh_interval
+        self._authorization = config.authorization
+        self._refreshable = bool(config.token_file or config.refresh_authorization)
+        # None: the first request sets the first refresh time (the config was just loaded).
+        self._auth_due: float | None = None if self._refreshable else math.inf
+        self._extensions = ({"sni_hostname": config.tls_server_name}
+                            if config.tls_server_name else {})
+        self._client = httpx.AsyncClient(
+            **client_options(config), timeout=httpx.Timeout(request_timeout),
+            # One long-lived watch connection per watched kind and syncer: no pool ceiling.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+
+    async def __aenter__(self) -> KubeApi:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def get_json(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        """GET ``path``; the decoded JSON object, or :class:`ApiError`."""
+        response = await self._client.get(path, params=params, headers=await self._headers(),
+                                          extensions=self._extensions)
+        if response.status_code != 200:
+            self._note_rejection(response.status_code)
+            raise ApiError.from_response(response)
+        try:
+            doc = response.json()
+        except ValueError as exc:
+            raise MalformedResponse(f"GET {path}: response is not JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise MalformedResponse(f"GET {path}: response is not a JSON object")
+        return doc
+
+    async def list_page(self, kind: ResourceKind, *, limit: int | None,
+                        continue_token: str | None = None) -> dict[str, Any]:
+        """One page of ``kind``'s list (``limit`` None: everything at once)."""
+        params: dict[str, str] = {}
+        if limit:
+            params["limit"] = str(limit)
+        if continue_token:
+            params["continue"] = continue_token
+        return await self.get_json(resource_path(kind), params)
+
+    async def served_groups(self) -> set[str]:
+        """Names of the API groups the server serves (``GET /apis``)."""
+        return group_names(await self.get_json("/apis"))
+
+    @asynccontextmanager
+    async def watch(self, kind: ResourceKind, *, resource_version: str,
+                    timeout_seconds: int) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        """Open a watch of ``kind`` from ``resource_version``; yields its event iterator.
+
+        Raises :class:`ApiError` if the server refuses the watch; the iterator ends when the
+        server ends the stream (``timeoutSeconds``) and raises httpx errors if it drops.
+        """
+        params = {"watch": "true", "resourceVersion": resource_version,
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        request = self._client.build_request(
+            "GET", resource_path(kind), params=params, headers=await self._headers(),
+            extensions=self._extensions,
+            # The server ends the stream after timeoutSeconds; a longer silence is a dead peer.
+            timeout=httpx.Timeout(self._client.timeout.connect, read=timeout_seconds + 30.0))
+        response = await self._client.send(request, stream=True)
+        try:
+            if response.status_code != 200:
+                await response.aread()
+                self._note_rejection(response.status_code)
+                raise ApiError.from_response(response)
+            yield _WatchEvents(response.aiter_bytes())
+        finally:
+            await response.aclose()
+
+    async def _headers(self) -> dict[str, str]:
+        now = trio.current_time()
+        if self._auth_due is None:
+            self._auth_due = now + self.auth_refresh_interval
+        elif now >= self._auth_due:
+            self._auth_due = now + self.auth_refresh_interval
+            await self._refresh_authorization()
+        return {"Authorization": self._authorization} if self._authorization else {}
+
+    async def _refresh_authorization(self) -> None:
+        cfg = self.config
+        try:
+            if cfg.token_file:
+                self._authorization = await trio.to_thread.run_sync(read_token_file,
+                                                                    cfg.token_file)
+            elif cfg.refresh_authorization is not None:
+                self._authorization = await trio.to_thread.run_sync(cfg.refresh_authorization)
+        except Exception as exc:  # exec plugins can fail in any way
+            # Keep the old credentials: they may still work, and the next refresh may not fail.
+            log.warning("Failed to refresh Kubernetes API credentials (%s): %s", cfg.source, exc)
+
+    def _note_rejection(self, http_status: int) -> None:
+        if http_status == 401 and self._refreshable:
+            self._auth_due = -math.inf  # a rotated token: re-read it before the next request
+
+
+class _WatchEvents:
+    """Async iterator of watch events decoded from a chunked body."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self._decoder = LineDecoder()
+        self._ready: deque[WatchEvent] = deque()
+        self._eof = False
+
+    def __aiter__(self) -> _WatchEvents:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        while not self._ready:
+            if self._eof:
+                raise StopAsyncIteration
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                self._eof = True
+                lines = [self._decoder.close()]
+            else:
+                lines = self._decoder.feed(chunk)
+            for line in lines:
+                event = parse_watch_event(line)
+                if event is not None:
+                    self._ready.append(event)
+        return self._ready.popleft()

@@ -1,0 +1,91 @@
+"""What one kind's list-watch loop knows, and the events each list or watch event implies.
+
+Pure state (the trio loop in ``k8s_watch`` does the I/O): the objects already sent downstream
+(through :class:`~trio_typha.datastore.known.KnownObjects`, so a relist sends only
+differences), the resourceVersion to resume a watch from, and whether the kind has synced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..model.kinds import ResourceKind
+from .base import DatastoreEvent, KindSynced, ResourceEvent
+from .k8s_stream import MalformedResponse, StatusInfo, WatchEvent
+from .known import KnownObjects
+
+
+class WatchErrorEvent(Exception):
+    """The watch stream carried an ``ERROR`` event (a ``metav1.Status``)."""
+
+    def __init__(self, status: StatusInfo) -> None:
+        super().__init__(f"watch error {status.code} {status.reason}: {status.message}")
+        self.status = status
+
+
+class KindReflector:
+    """List-watch state of one resource kind (pure)."""
+
+    def __init__(self, kind: ResourceKind) -> None:
+        self.kind = kind
+        self.known = KnownObjects(kind)
+        self.resume_rv: str | None = None  # None: list before watching
+        self.synced = False
+
+    def listed(self, items: Iterable[Mapping[str, Any]], list_rv: str) -> list[DatastoreEvent]:
+        """A complete list arrived: the differences from what was sent, then KindSynced once."""
+        rows = [(*self._identify(obj), self.complete(obj)) for obj in items]
+        events: list[DatastoreEvent] = list(self.known.relist(
+            ((ns, name, obj, rev) for ns, name, rev, obj in rows), list_rv))
+        self.resume_rv = list_rv or None
+        return events + self._mark_synced()
+
+    def absent(self) -> list[DatastoreEvent]:
+        """The kind is not served (its CRD is not installed): it is synced, and empty."""
+        events: list[DatastoreEvent] = list(self.known.relist((), self.resume_rv or ""))
+        self.resume_rv = None
+        return events + self._mark_synced()
+
+    def expire(self) -> None:
+        """The resume point is gone (410): the next step is a full list."""
+        self.resume_rv = None
+
+    def watched(self, event: WatchEvent) -> list[DatastoreEvent]:
+        """Apply one watch event; raises :class:`WatchErrorEvent` for ``ERROR``."""
+        if event.type == "ERROR":
+            raise WatchErrorEvent(StatusInfo.from_object(event.object))
+        if event.type == "BOOKMARK":
+            # Nothing changed for us up to this revision: resume from here.
+            if event.resource_version:
+                self.resume_rv = event.resource_version
+            return []
+        ns, name, rev = self._identify(event.object)
+        if event.type == "DELETED":
+            ev: ResourceEvent | None = self.known.delete(ns, name, rev)
+        else:
+            ev = self.known.upsert(ns, name, self.complete(event.object), rev)
+        self.resume_rv = rev
+        return [] if ev is None else [ev]
+
+    def complete(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``obj`` with this kind's ``apiVersion`` and ``kind`` (list items omit them)."""
+        if obj.get("apiVersion") == self.kind.api_version and obj.get("kind") == self.kind.kind:
+            return obj
+        return {"apiVersion": self.kind.api_version, "kind": self.kind.kind,
+                **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}}
+
+    def _identify(self, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+        md = obj.get("metadata")
+        name = md.get("name") if isinstance(md, dict) else None
+        rev = md.get("resourceVersion") if isinstance(md, dict) else None
+        if not isinstance(name, str) or not name or not isinstance(rev, str) or not rev:
+            raise MalformedResponse(f"{self.kind} object without metadata.name/resourceVersion")
+        ns = md.get("namespace") or ""
+        return str(ns), name, rev
+
+    def _mark_synced(self) -> list[DatastoreEvent]:
+        if self.synced:
+            return []
+        self.synced = True
+        return [KindSynced(self.kind)]

@@ -1,0 +1,245 @@
+"""The list-watch loop of one resource kind against the Kubernetes API (the trio shell).
+
+The loop lists (in pages), sends what changed, then watches from the list's resourceVersion
+with bookmarks on, resuming from the last revision seen whenever a stream ends or drops.  A
+``410 Gone`` (HTTP or a watch ``ERROR`` event) means the resume point left the server's
+history: list again and send only the differences.  The decisions about objects live in the
+pure :class:`~trio_typha.datastore.k8s_reflector.KindReflector`; this module owns the I/O,
+the retries and the ``Connection`` reports.
+
+As in Calico's watcher cache (``libcalico-go/lib/backend/watchersyncer/watchercache.go``):
+a kind whose list is ``404 Not Found`` (its CRD is not installed) counts as synced and empty
+and is listed again only occasionally; repeated watch failures without progress fall back to
+a full relist; watches restart no faster than ``min_watch_interval``.
+
+Unlike Calico, which reports a datastore failure only after ten minutes without a successful
+request, a failed list (or a watch refused with 401/403) is reported at once as
+``Connection(ok=False, reason, kind)`` - once per distinct reason, naming the request, the
+resource and, for 403, the missing RBAC permission - and ``Connection(ok=True, kind=kind)``
+follows when a request for that kind works again.  Retries back off exponentially with jitter.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from ..client.backoff import Backoff
+from ..model.kinds import ResourceKind
+from .base import Connection, DatastoreEvent
+from .k8s_api import ApiError, KubeApi
+from .k8s_reflector import KindReflector, WatchErrorEvent
+from .k8s_stream import MalformedResponse
+
+log = logging.getLogger(__name__)
+
+# What a failed request can raise besides ApiError: transport trouble or a garbled body.
+_TRANSIENT = (httpx.HTTPError, MalformedResponse)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTuning:
+    """Sizes and timings of the list-watch loops; defaults follow Calico and client-go."""
+
+    page_size: int = 500  # list `limit`
+    watch_timeout: float = 300.0  # each watch asks for timeoutSeconds in [t, 2t) (client-go)
+    min_watch_interval: float = 0.5  # floor between two watch requests of one kind
+    missing_kind_recheck: float = 1800.0  # relist a kind that was 404 this often
+    empty_rv_poll: float = 5.0  # relist interval when a list gives no resourceVersion
+    max_errors_per_revision: int = 5  # failed watches without progress before a relist
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+
+
+class KindWatcher:
+    """Lists then watches one kind forever, sending :mod:`~trio_typha.datastore.base` events."""
+
+    def __init__(self, api: KubeApi, kind: ResourceKind,
+                 send: trio.MemorySendChannel[DatastoreEvent], *,
+                 tuning: WatchTuning, random: Callable[[], float]) -> None:
+        self.api = api
+        self.kind = kind
+        self.tuning = tuning
+        self.reflector = KindReflector(kind)
+        self._send = send
+        self._random = random
+        self._backoff = Backoff(initial=tuning.backoff_initial, maximum=tuning.backoff_max,
+                                random=random)
+        self._errors_at_rv = 0
+        self._failure: str | None = None  # the reason last sent with Connection(ok=False)
+        self._next_watch = -math.inf
+        self._absent = False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        """Loop forever; ready as soon as it starts (syncing is reported with KindSynced)."""
+        task_status.started()
+        while True:
+            if self.reflector.resume_rv is None:
+                await self._list()
+            else:
+                await self._watch()
+
+    async def _list(self) -> None:
+        try:
+            items, list_rv = await self._list_all()
+            events = self.reflector.listed(items, list_rv)
+        except ApiError as exc:
+            if exc.http_status == 404:
+                await self._not_served()
+            else:
+                await self._failed("list", exc)
+            return
+        except _TRANSIENT as exc:
+            await self._failed("list", exc)
+            return
+        self._backoff.reset()
+        self._errors_at_rv = 0
+        if self._absent:
+            log.info("%s is served again; listed %d objects", self.kind, len(items))
+            self._absent = False
+        await self._recovered()
+        await self._emit(events)
+        if self.reflector.resume_rv is None:
+            # Nothing to resume a watch from: poll by listing (Calico does the same).
+            log.info("List of %s returned no resourceVersion; polling", self.kind)
+            await trio.sleep(self.tuning.empty_rv_poll)
+
+    async def _list_all(self) -> tuple[list[dict[str, Any]], str]:
+        """All pages of the list; an expired continue token falls back to one full list."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        limit: int | None = self.tuning.page_size
+        while True:
+            try:
+                page = await self.api.list_page(self.kind, limit=limit, continue_token=token)
+            except ApiError as exc:
+                if not (exc.expired and token is not None):
+                    raise
+                log.info("List of %s: continue token expired; listing in one page", self.kind)
+                items, token, limit = [], None, None
+                continue
+            page_items = page.get("items") or []
+            if not isinstance(page_items, list) or not all(
+                    isinstance(i, dict) for i in page_items):
+                raise MalformedResponse(f"list of {self.kind}: items is not a list of objects")
+            items.extend(page_items)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                return items, str(metadata.get("resourceVersion") or "")
+
+    async def _not_served(self) -> None:
+        """404: the kind's API (typically a CRD) is not installed: synced, empty, recheck later."""
+        if not self._absent:
+            log.info("%s is not served by the API server (404); treating it as empty and "
+                     "checking again every %gs", self.kind, self.tuning.missing_kind_recheck)
+            self._absent = True
+        events = self.reflector.absent()
+        self._backoff.reset()
+        await self._recovered()
+        await self._emit(events)
+        await trio.sleep(self.tuning.missing_kind_recheck)
+
+    async def _watch(self) -> None:
+        await trio.sleep_until(self._next_watch)
+        self._next_watch = trio.current_time() + self.tuning.min_watch_interval
+        start_rv = self.reflector.resume_rv
+        assert start_rv is not None
+        base = self.tuning.watch_timeout
+        timeout = max(int(base + base * self._random()), 1)
+        progressed = False
+        error: Exception
+        try:
+            async with self.api.watch(self.kind, resource_version=start_rv,
+                                      timeout_seconds=timeout) as events:
+                await self._recovered()
+                async for event in events:
+                    await self._emit(self.reflector.watched(event))
+                    if not progressed:
+                        progressed = True
+                        self._errors_at_rv = 0
+                        self._backoff.reset()
+            return  # the server ended the stream (timeoutSeconds): resume
+        except WatchErrorEvent as exc:
+            if exc.status.expired or exc.status.too_large_rv:
+                self._expired(start_rv, exc)
+                return
+            error = exc
+        except ApiError as exc:
+            if exc.expired or exc.http_status == 404:  # 404: the CRD went away
+                self._expired(start_rv, exc)
+                return
+            if exc.http_status in (401, 403):
+                await self._failed("watch", exc)
+                return
+            error = exc
+        except _TRANSIENT as exc:
+            error = exc
+        if progressed:
+            log.info("Watch of %s dropped (%s); resuming from resourceVersion %s",
+                     self.kind, _brief(error), self.reflector.resume_rv)
+            return
+        self._errors_at_rv += 1
+        if self._errors_at_rv >= self.tuning.max_errors_per_revision:
+            log.warning("Watch of %s failed %d times at resourceVersion %s (%s); relisting",
+                        self.kind, self._errors_at_rv, start_rv, _brief(error))
+            self._errors_at_rv = 0
+            self.reflector.expire()
+        else:
+            log.info("Watch of %s failed (%s); retrying", self.kind, _brief(error))
+        await trio.sleep(self._backoff.next_delay())
+
+    def _expired(self, rv: str, why: Exception) -> None:
+        log.info("Watch of %s cannot resume from resourceVersion %s (%s); relisting",
+                 self.kind, rv, why)
+        self.reflector.expire()
+
+    async def _failed(self, verb: str, exc: Exception) -> None:
+        """Report the failure (once per distinct reason) and back off."""
+        reason = describe_failure(self.kind, verb, exc)
+        if reason != self._failure:
+            self._failure = reason
+            log.warning("%s", reason)
+            await self._send.send(Connection(ok=False, reason=reason, kind=self.kind))
+        else:
+            log.debug("%s (again)", reason)
+        await trio.sleep(self._backoff.next_delay())
+
+    async def _recovered(self) -> None:
+        if self._failure is not None:
+            log.info("Access to %s restored", self.kind)
+            self._failure = None
+            await self._send.send(Connection(ok=True, kind=self.kind))
+
+    async def _emit(self, events: Iterable[DatastoreEvent]) -> None:
+        for event in events:
+            await self._send.send(event)
+
+
+def describe_failure(kind: ResourceKind, verb: str, exc: Exception) -> str:
+    """A ``Connection`` reason: which request on which resource failed, and why."""
+    resource = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+    if isinstance(exc, ApiError):
+        detail = exc.status.message or exc.status.reason or "no detail"
+        if exc.http_status == 403:
+            return (f"forbidden to {verb} {resource}: missing RBAC permission {verb!r} on "
+                    f"resource {kind.plural!r} in API group {kind.group!r} "
+                    f"(API server: {detail})")
+        if exc.http_status == 401:
+            return (f"unauthorized to {verb} {resource}: the API server rejected our "
+                    f"credentials (API server: {detail})")
+        return f"failed to {verb} {resource}: HTTP {exc.http_status}: {detail}"
+    if isinstance(exc, MalformedResponse):
+        return f"bad response to {verb} {resource}: {exc}"
+    return f"cannot reach the API server to {verb} {resource}: {_brief(exc)}"
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,148 @@
+"""The Kubernetes API datastore (KDD, ``TYPHA_DATASTORETYPE=kubernetes``).
+
+Open it with :func:`open_kubernetes_datastore` (or, before the trio loop runs,
+:meth:`KubernetesDatastore.from_environment`); either settles which API group backs Calico's
+resources (:attr:`KubernetesDatastore.calico_group`, to be passed to the model layer when
+asking for the kinds to watch), then :meth:`KubernetesDatastore.watch` runs one list-watch
+loop (:class:`~trio_typha.datastore.k8s_watch.KindWatcher`) per kind.
+
+The group follows Calico v3.32's ``UsingV3CRDs`` (``libcalico-go/lib/backend/k8s/discovery.go``):
+``CALICO_API_GROUP`` decides when set (``projectcalico.org/v3``, compared case-insensitively,
+means the v3 group; any other value the ``crd.projectcalico.org/v1`` CRDs).  Otherwise the
+server's API groups decide: v3 only when ``projectcalico.org`` is served and
+``crd.projectcalico.org`` is not (both served means the Calico API server implements v3 on top
+of the v1 CRDs, so the CRDs are read directly); when discovery fails, v1.
+"""
+
+from __future__ import annotations
+
+import logging
+import random as _random
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+
+import httpx
+import trio
+
+from ..model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, ResourceKind
+from .base import DatastoreEvent
+from .k8s_api import ApiError, KubeApi, served_groups_blocking
+from .k8s_config import KubeClientConfig, load_kube_client_config
+from .k8s_stream import MalformedResponse
+from .k8s_watch import KindWatcher, WatchTuning
+
+log = logging.getLogger(__name__)
+
+_DISCOVERY_ERRORS = (ApiError, httpx.HTTPError, MalformedResponse)
+V3_GROUP_VERSION = f"{CALICO_V3_GROUP}/v3"
+
+
+def choose_calico_group(configured: str | None, served: Collection[str] | None) -> str:
+    """The API group backing Calico resources (pure; see the module docstring).
+
+    ``configured`` is ``CALICO_API_GROUP`` (None when unset); ``served`` the server's API
+    group names, None when discovery failed.
+    """
+    if configured:
+        return CALICO_V3_GROUP if configured.lower() == V3_GROUP_VERSION else CALICO_CRD_GROUP
+    if served is None:
+        return CALICO_CRD_GROUP
+    return (CALICO_V3_GROUP if CALICO_V3_GROUP in served and CALICO_CRD_GROUP not in served
+            else CALICO_CRD_GROUP)
+
+
+async def resolve_calico_group(api: KubeApi, configured: str | None) -> str:
+    """:func:`choose_calico_group`, asking the API server only when not configured."""
+    if configured:
+        return _decided(configured, None)
+    try:
+        served: set[str] | None = await api.served_groups()
+    except _DISCOVERY_ERRORS as exc:
+        log.warning("Cannot discover the API groups (%s); using %s", exc, CALICO_CRD_GROUP)
+        served = None
+    return _decided(None, served)
+
+
+def _decided(configured: str | None, served: set[str] | None) -> str:
+    group = choose_calico_group(configured, served)
+    if configured:
+        log.info("Using the configured Calico API group %s (CALICO_API_GROUP=%s)",
+                 group, configured)
+    elif served is not None:
+        log.info("Discovered Calico API group %s (projectcalico.org served: %s, "
+                 "crd.projectcalico.org served: %s)", group, CALICO_V3_GROUP in served,
+                 CALICO_CRD_GROUP in served)
+    return group
+
+
+class KubernetesDatastore:
+    """List-watches resource kinds on a Kubernetes API server (see the module docstring)."""
+
+    name = "kubernetes"
+
+    def __init__(self, api: KubeApi, *, calico_group: str,
+                 tuning: WatchTuning | None = None,
+                 random: Callable[[], float] | None = None) -> None:
+        self.api = api
+        self.calico_group = calico_group
+        self.tuning = tuning or WatchTuning()
+        self._random = random or _random.Random().random
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, *,
+                         tuning: WatchTuning | None = None,
+                         random: Callable[[], float] | None = None) -> KubernetesDatastore:
+        """Build from the Calico client environment (:mod:`.k8s_config`) before ``trio.run``.
+
+        Without ``CALICO_API_GROUP`` the API group is discovered with one blocking request,
+        as Calico does while building its client; that must not stall a running trio loop,
+        so inside trio use :func:`open_kubernetes_datastore` instead.
+        """
+        config = load_kube_client_config(environ)
+        log.info("Kubernetes API server %s (from %s)", config.server, config.source)
+        if config.calico_api_group:
+            group = _decided(config.calico_api_group, None)
+        else:
+            if trio.lowlevel.in_trio_run():
+                raise RuntimeError("KubernetesDatastore.from_environment() would block the "
+                                   "trio loop for API-group discovery: set CALICO_API_GROUP "
+                                   "or use open_kubernetes_datastore()")
+            try:
+                served: set[str] | None = served_groups_blocking(config)
+            except _DISCOVERY_ERRORS as exc:
+                log.warning("Cannot discover the API groups (%s); using %s", exc,
+                            CALICO_CRD_GROUP)
+                served = None
+            group = _decided(None, served)
+        return cls(KubeApi(config), calico_group=group, tuning=tuning, random=random)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (watches must have been cancelled)."""
+        await self.api.aclose()
+
+    async def watch(self, kinds: Sequence[ResourceKind],
+                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """One list-watch loop per kind; started once every loop has started."""
+        async with trio.open_nursery() as nursery:
+            for kind in kinds:
+                watcher = KindWatcher(self.api, kind, send, tuning=self.tuning,
+                                      random=self._random)
+                await nursery.start(watcher.run)
+            task_status.started()
+
+
+@asynccontextmanager
+async def open_kubernetes_datastore(config: KubeClientConfig, *,
+                                    tuning: WatchTuning | None = None,
+                                    random: Callable[[], float] | None = None,
+                                    ) -> AsyncIterator[KubernetesDatastore]:
+    """Connect to the API server of ``config`` and settle the Calico API group.
+
+    Discovery failing is not fatal (v1 CRDs are assumed, as Calico does); the HTTP client is
+    closed on exit.
+    """
+    log.info("Kubernetes API server %s (from %s)", config.server, config.source)
+    async with KubeApi(config) as api:
+        group = await resolve_calico_group(api, config.calico_api_group)
+        yield KubernetesDatastore(api, calico_group=group, tuning=tuning, random=random)
