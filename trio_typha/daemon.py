@@ -96,7 +96,10 @@ class Daemon:
             load_memory_contents(store, cfg)
         self.store = store
         if datastore is not None:
-            self.datastore, self._definition_args = datastore, {"mode": DatastoreMode.KDD}
+            self.datastore = datastore
+            self._definition_args = {
+                "mode": DatastoreMode.ETCD if datastore.name == "etcdv3" else DatastoreMode.KDD,
+                "calico_group": getattr(datastore, "calico_group", CALICO_V3_GROUP)}
         else:
             self.datastore, self._definition_args = make_datastore(cfg, store)
         self.settings = settings_from_config(cfg)

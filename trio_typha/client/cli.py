@@ -16,6 +16,7 @@ import trio
 
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..protocols.grpc.status import GrpcError
+from .typha import TyphaClient, TyphaDisconnected
 from .view import SyncView
 
 
@@ -93,7 +94,6 @@ async def _run_grpc(args: argparse.Namespace, host: str, port: int, rep: Reporte
 
 
 async def _run_typha(args: argparse.Namespace, host: str, port: int, rep: Reporter) -> None:
-    from .typha import TyphaClient
     client = TyphaClient(host, port, syncer_type=args.syncer, hostname=args.hostname,
                          compression=not args.no_compression, ssl_context=_ssl_context(args),
                          server_hostname=args.server_cn or None)
@@ -115,7 +115,7 @@ async def run_client(args: argparse.Namespace) -> int:
     run = _run_grpc if args.protocol == "grpc" else _run_typha
     try:
         await run(args, host.strip("[]") or "127.0.0.1", port, rep)
-    except GrpcError as exc:
+    except (GrpcError, TyphaDisconnected) as exc:
         print(f"trio-typha client: stream ended: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
