@@ -1,0 +1,45 @@
+"""Sans-IO Go ``encoding/gob``: the subset of types Typha's protocol uses, byte-exact.
+
+A gob stream is a series of messages, each a gob uint byte count plus payload.  A payload is
+either a type definition (negative type id, then a ``wireType`` value) or a value (positive
+type id, then the value).  Struct fields travel as (field-number delta, value) pairs with
+zero values omitted; interface values carry their concrete type's registered name.  The
+rules are summarized in the wire-protocol reference §9.
+
+The pieces: :mod:`.gotypes` (local types, type ids, wire definitions, primitives),
+:mod:`.encode` (:class:`Encoder`) and :mod:`.decode` (:class:`Decoder`); this module gathers
+their public names.
+"""
+
+from .decode import NEED_DATA, Decoder
+from .encode import Encoder
+from .gotypes import (
+    BOOL,
+    BYTES,
+    FLOAT64,
+    INT,
+    INTERFACE,
+    SMALL_UINT,
+    STRING,
+    UINT,
+    UINT8,
+    Basic,
+    Field,
+    GobEncoded,
+    GobError,
+    GoType,
+    Named,
+    Registry,
+    Slice,
+    Struct,
+    TypeIds,
+    WireType,
+    encode_int,
+    encode_uint,
+)
+
+__all__ = [
+    "BOOL", "BYTES", "FLOAT64", "INT", "INTERFACE", "NEED_DATA", "SMALL_UINT", "STRING", "UINT",
+    "UINT8", "Basic", "Decoder", "Encoder", "Field", "GobEncoded", "GobError", "GoType", "Named",
+    "Registry", "Slice", "Struct", "TypeIds", "WireType", "encode_int", "encode_uint",
+]

@@ -1,0 +1,284 @@
+"""Trio shell for one Typha gob connection: a reader, one writer, a watchdog.
+
+The reader feeds the client's bytes to the :class:`~.session.ServerSession` and hands the
+resulting actions to the writer, which is the only task that writes to the socket.  After
+the handshake the writer follows the syncer's :class:`~trio_typha.cache.CacheFeed`: from the
+snapshot's breadcrumb it waits for the next one, and writes the bytes encoded once for that
+breadcrumb (shared by every client); a client that is behind gets several breadcrumbs in one
+write.  The watchdog enforces the session's deadlines (handshake, ACK, pong).
+
+Any end the peer causes (EOF, reset, garbage, timeouts) closes this connection with one log
+line and :func:`serve_gob_connection` returns normally.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import trio
+
+from ... import BUILD_VERSION
+from ...cache import Breadcrumb, CacheFeed
+from ...server.context import ServerContext, SessionInfo
+from . import shared
+from .gotime import GoTime
+from .session import (
+    Action,
+    Close,
+    GraceUsed,
+    Send,
+    SendSnapshot,
+    ServerSession,
+    StartStreaming,
+    collect_batch,
+)
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "typha-gob"
+_RECEIVE_SIZE = 65536
+# A long write (the snapshot) goes out in pieces, each with the full write timeout: like
+# Typha pushing its write deadline out while the client makes progress.
+_WRITE_PIECE = 256 * 1024
+# Snapshots at least this big are encoded in a worker thread so the event loop keeps serving.
+_THREAD_SNAPSHOT_SIZE = 20_000
+
+
+class _Drop(Exception):
+    """Internal: end this connection for ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def serve_gob_connection(stream: trio.abc.Stream, ctx: ServerContext, *,
+                               prefix: bytes = b"", peer: str = "") -> None:
+    """Serve one client speaking Typha's gob protocol until it goes away or is dropped.
+
+    ``prefix`` holds bytes the listener already read from ``stream`` (while telling gob from
+    HTTP/2); they are the start of the client's gob stream.  The session is registered in
+    ``ctx.sessions`` while it runs; its cancel scope there closes it.  Returns when the
+    connection is over (the stream is closed by then), whatever the reason.
+    """
+    conn = _GobConnection(stream, ctx, peer)
+    try:
+        await conn.run(prefix)
+    except Exception:
+        # Not the peer's doing, but one connection must never take the server down.
+        log.exception("Internal error serving Typha client %s (conn %#x)", peer, conn.conn_id)
+
+
+class _GobConnection:
+    def __init__(self, stream: trio.abc.Stream, ctx: ServerContext, peer: str) -> None:
+        self.stream = stream
+        self.ctx = ctx
+        self.peer = peer
+        self.settings = ctx.settings.normalized()
+        self.conn_id = ctx.next_conn_id()
+        self.session = ServerSession(
+            settings=self.settings, syncer_types=list(ctx.feeds),
+            server_version=ctx.version or BUILD_VERSION, conn_id=self.conn_id,
+            now=trio.current_time(), rng=random.Random())
+        self.info = SessionInfo(self.conn_id, PROTOCOL, peer)
+        self.close_reason: str | None = None
+        self._actions_tx, self._actions_rx = trio.open_memory_channel[Action](8)
+        self._cancel = trio.CancelScope()
+        self._timer = trio.CancelScope()
+
+    async def run(self, prefix: bytes) -> None:
+        self.ctx.sessions[self.conn_id] = self.info
+        try:
+            with self._cancel:
+                self.info.cancel_scope = self._cancel
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(self._watchdog)
+                    nursery.start_soon(self._writer)
+                    nursery.start_soon(self._reader, prefix)
+                    nursery.start_soon(self._close_on_drain)
+        finally:
+            del self.ctx.sessions[self.conn_id]
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+        if self.close_reason is None:
+            log.info("Closed Typha client %s (conn %#x) on the server's request",
+                     self.peer, self.conn_id)
+
+    def _close(self, reason: str) -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+            hostname = self.session.hello.hostname if self.session.hello else "?"
+            log.info("Closing Typha client %s (conn %#x, host %s, syncer %s): %s", self.peer,
+                     self.conn_id, hostname, self.session.syncer_type or "?", reason)
+        self._cancel.cancel()
+
+    def _rearm(self) -> None:
+        """Point the watchdog at the session's current deadline."""
+        self._timer.deadline = self.session.deadline
+
+    # ---- tasks
+
+    async def _watchdog(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                        ) -> None:
+        task_status.started()
+        while True:
+            with trio.CancelScope(deadline=self.session.deadline) as self._timer:
+                await trio.sleep_forever()
+            for action in self.session.check_timers(trio.current_time()):
+                if isinstance(action, Close):
+                    self._close(action.reason)
+                    return
+
+    async def _close_on_drain(self) -> None:
+        await self.ctx.draining.wait()
+        self._close("server is shutting down")
+
+    async def _reader(self, prefix: bytes) -> None:
+        try:
+            if prefix:
+                await self._handle(self.session.receive_data(prefix, trio.current_time()))
+            while True:
+                data = await self.stream.receive_some(_RECEIVE_SIZE)
+                if not data:
+                    raise _Drop("client closed the connection")
+                await self._handle(self.session.receive_data(data, trio.current_time()))
+        except _Drop as drop:
+            self._close(drop.reason)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._close(f"read failed: {exc or type(exc).__name__}")
+
+    async def _handle(self, actions: list[Action]) -> None:
+        self._rearm()
+        hello = self.session.hello
+        if hello is not None and not self.info.syncer_type:
+            self.info.hostname = hello.hostname
+            self.info.syncer_type = self.session.syncer_type
+        for action in actions:
+            if isinstance(action, Close):
+                raise _Drop(action.reason)
+            await self._actions_tx.send(action)
+
+    async def _writer(self) -> None:
+        try:
+            crumb = await self._handshake()
+            await self._stream_deltas(crumb)
+        except _Drop as drop:
+            self._close(drop.reason)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._close(f"write failed: {exc or type(exc).__name__}")
+
+    # ---- writer phases
+
+    async def _handshake(self) -> Breadcrumb:
+        """Carry out the session's handshake actions; returns the snapshot's breadcrumb."""
+        crumb: Breadcrumb | None = None
+        pending: list[Action] = []
+        while True:
+            action = pending.pop(0) if pending else await self._actions_rx.receive()
+            if isinstance(action, Send):
+                await self._write(action.data)
+            elif isinstance(action, SendSnapshot):
+                crumb = self._feed().snapshot_point()
+                await self._write(await self._snapshot_bytes(crumb, action.compressed))
+                pending.extend(self.session.snapshot_sent(trio.current_time()))
+                self._rearm()
+            elif isinstance(action, StartStreaming):
+                assert crumb is not None
+                return crumb
+
+    async def _stream_deltas(self, crumb: Breadcrumb) -> None:
+        session, feed, settings = self.session, self._feed(), self.settings
+        first = session.status(crumb.status)
+        if first:
+            await self._write(first)
+        while True:
+            nxt: Breadcrumb | None = None
+            with trio.move_on_at(session.next_ping_at):
+                nxt = await feed.wait_next(crumb)
+            now = trio.current_time()
+            out: list[bytes] = []
+            if nxt is not None:
+                newest = feed.latest.timestamp
+                batch = collect_batch(nxt, newest, min_batching_age=settings.min_batching_age,
+                                      max_updates=settings.max_message_size)
+                for action in session.check_lag(newest - batch[0].timestamp, now):
+                    if isinstance(action, Close):
+                        raise _Drop(action.reason)
+                    if isinstance(action, GraceUsed):
+                        log.warning("Typha client %s (conn %#x) is %.1fs behind; tolerated "
+                                    "during its grace period", self.peer, self.conn_id,
+                                    action.age)
+                out.append(session.updates(batch))
+                crumb = batch[-1]
+            if session.ping_due(now):
+                out.append(session.ping(now, _wall_clock()))
+            data = b"".join(out)
+            if data:
+                await self._write(data)
+
+    # ---- helpers
+
+    def _feed(self) -> CacheFeed:
+        feed = self.ctx.feed(self.session.syncer_type)
+        if feed is None:  # the session only accepts syncer types the server has
+            raise _Drop(f"no cache for syncer type {self.session.syncer_type!r}")
+        return feed
+
+    async def _snapshot_bytes(self, crumb: Breadcrumb, compressed: bool) -> bytes:
+        snapshot = crumb.snapshot()
+        if compressed:
+            return await _shared_build(crumb, ("snappy",), len(snapshot),
+                                       lambda: shared.build_compressed_snapshot(snapshot))
+        per_message = self.settings.max_message_size
+        return await _shared_build(
+            crumb, ("plain", per_message), len(snapshot),
+            lambda: shared.build_streamed_snapshot(snapshot, per_message))
+
+    async def _write(self, data: bytes) -> None:
+        timeout = self.settings.write_timeout
+        view = memoryview(data)
+        for start in range(0, len(data), _WRITE_PIECE):
+            with trio.move_on_after(timeout) as scope:
+                await self.stream.send_all(view[start:start + _WRITE_PIECE])
+            if scope.cancelled_caught:
+                raise _Drop(f"write timed out after {timeout}s")
+            self.info.bytes_sent += min(_WRITE_PIECE, len(data) - start)
+
+
+class _Build:
+    """One shared encoding being built: waiters sleep on ``done``."""
+
+    __slots__ = ("done", "data")
+
+    def __init__(self) -> None:
+        self.done: trio.Event | None = None
+        self.data: bytes | None = None
+
+
+async def _shared_build(crumb: Breadcrumb, key: tuple[object, ...], size: int,
+                        build: Callable[[], bytes]) -> bytes:
+    """Build a breadcrumb's snapshot encoding once; every caller gets the same bytes."""
+    slot = crumb.memo(("gob", "snapshot", *key), lambda _: _Build())
+    if slot.data is None:
+        if slot.done is None:
+            slot.done = trio.Event()
+            try:
+                if size >= _THREAD_SNAPSHOT_SIZE:
+                    slot.data = await trio.to_thread.run_sync(build)
+                else:
+                    slot.data = build()
+            finally:
+                slot.done.set()
+        else:
+            await slot.done.wait()
+        if slot.data is None:
+            raise RuntimeError("building the shared snapshot failed")
+    return slot.data
+
+
+def _wall_clock() -> GoTime:
+    """Now on the wall clock, in the local zone as Typha's time.Now() is."""
+    return GoTime.from_unix_ns(time.time_ns(), time.localtime().tm_gmtoff)

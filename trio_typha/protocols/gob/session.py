@@ -1,0 +1,309 @@
+"""Sans-IO server side of one Typha gob connection.
+
+The session decides everything protocol-level: whether a hello is accepted, which streams
+to use, when the client has been silent too long, what bytes a batch of breadcrumbs or a
+ping becomes.  It never reads a clock or touches a socket: the caller passes ``now`` (trio's
+clock) into every method and carries out the :data:`Action` values it gets back.
+
+Phases (wire-protocol §4)::
+
+    AWAIT_HELLO --hello--> AWAIT_ACK1 --ACK--> SNAPSHOT --written--> AWAIT_ACK2 --ACK--> STREAMING
+                   \\--legacy hello------------> SNAPSHOT --written------------------------^
+
+A compressed session writes ServerHello and MsgDecoderRestart on the plain stream, the
+pre-built snappy snapshot after ACK#1 and starts a second snappy stream after ACK#2; nothing
+is written between a restart and its ACK.  A legacy session streams everything plainly.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from ...cache.core import Breadcrumb
+from ...model.kv import SyncStatus
+from ...server.context import ServerSettings
+from . import shared, snappy
+from .codec import NEED_DATA, Decoder, GobError
+from .gotime import GoTime
+from .messages import (
+    COMPRESSION_SNAPPY,
+    ENVELOPE,
+    REGISTRY,
+    MsgACK,
+    MsgClientHello,
+    MsgPing,
+    MsgPong,
+    MsgServerHello,
+    message_name,
+)
+
+#: Typha serves an empty syncer type as felix.
+DEFAULT_SYNCER_TYPE = "felix"
+# Ping and pong-check jitter: up to 10 % of the interval, added (never subtracted).
+_PING_JITTER = 0.1
+# Pings remembered for round-trip times (a pong normally answers the latest).
+_PINGS_REMEMBERED = 8
+
+
+class Phase(enum.Enum):
+    AWAIT_HELLO = "await-hello"
+    AWAIT_ACK1 = "await-ack-1"
+    SNAPSHOT = "snapshot"
+    AWAIT_ACK2 = "await-ack-2"
+    STREAMING = "streaming"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Write these bytes."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendSnapshot:
+    """Write the snapshot (pre-built snappy stream if ``compressed``, else plain MsgKVs),
+    then call :meth:`ServerSession.snapshot_sent`."""
+
+    compressed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StartStreaming:
+    """Handshake and snapshot are done: follow the cache from the snapshot's breadcrumb."""
+
+
+@dataclass(frozen=True, slots=True)
+class GraceUsed:
+    """The client is behind by ``age`` seconds but still inside its post-snapshot grace."""
+
+    age: float
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the connection (no goodbye message exists); ``reason`` is for the log."""
+
+    reason: str
+
+
+Action = Send | SendSnapshot | StartStreaming | GraceUsed | Close
+
+
+class ServerSession:
+    """One client connection's protocol state (Typha's per-connection handler, minus I/O)."""
+
+    def __init__(self, *, settings: ServerSettings, syncer_types: Collection[str],
+                 server_version: str, conn_id: int, now: float,
+                 rng: random.Random | None = None) -> None:
+        self.settings = settings.normalized()
+        self.syncer_types = frozenset(syncer_types)
+        self.server_version = server_version
+        self.conn_id = conn_id
+        self._rng = rng if rng is not None else random.Random()
+        self._decoder = Decoder(REGISTRY, ENVELOPE,
+                                max_message_size=self.settings.max_inbound_message)
+        self.phase = Phase.AWAIT_HELLO
+        #: When :meth:`check_timers` must next run (inf: no timer pending).
+        self.deadline = now + self.settings.handshake_timeout
+        self.hello: MsgClientHello | None = None
+        self.syncer_type = ""
+        self.compressed = False
+        self.close_reason: str | None = None
+        self.snapshot_sent_at: float | None = None
+        self.next_ping_at = math.inf
+        self.grace_used = False
+        self.pongs = 0
+        self.last_rtt: float | None = None
+        self._last_status = SyncStatus.WAIT_FOR_DATASTORE
+        self._early_ack = False
+        self._pings: OrderedDict[GoTime, float] = OrderedDict()
+
+    # ---- input from the client
+
+    def receive_data(self, data: bytes, now: float) -> list[Action]:
+        """Bytes read from the client; returns what to do about them."""
+        if self.phase is Phase.CLOSED:
+            return []
+        self._decoder.feed(data)
+        actions: list[Action] = []
+        while self.phase is not Phase.CLOSED:
+            try:
+                envelope = self._decoder.next_value()
+            except GobError as exc:
+                actions.append(self._close(f"bad data from client: {exc}"))
+                break
+            if envelope is NEED_DATA:
+                break
+            actions.extend(self._on_message(envelope.message, now))
+        return actions
+
+    def _on_message(self, msg: object, now: float) -> list[Action]:
+        phase = self.phase
+        if phase is Phase.AWAIT_HELLO:
+            return self._on_hello(msg, now)
+        if self.compressed and phase is not Phase.STREAMING:
+            # Between the restarts only the two ACKs are valid.
+            if isinstance(msg, MsgACK):
+                if phase is Phase.AWAIT_ACK1:
+                    self.phase = Phase.SNAPSHOT
+                    self.deadline = math.inf
+                    return [SendSnapshot(compressed=True)]
+                if phase is Phase.AWAIT_ACK2:
+                    return self._start_streaming(now, [Send(shared.SNAPPY_STREAM_START)])
+                if not self._early_ack:
+                    # ACK#2 may overtake the shell's report that the snapshot was written.
+                    self._early_ack = True
+                    return []
+            return [self._close(f"unexpected {message_name(msg)} (expected MsgACK)")]
+        # Streaming (or a legacy client's snapshot): only pongs.
+        if isinstance(msg, MsgPong):
+            self._on_pong(msg, now)
+            return []
+        return [self._close(f"unexpected {message_name(msg)} (expected MsgPong)")]
+
+    def _on_hello(self, msg: object, now: float) -> list[Action]:
+        # Same checks in the same order as Typha; a rejected client gets no reply at all.
+        if not isinstance(msg, MsgClientHello):
+            return [self._close(f"first message was {message_name(msg)}, not MsgClientHello")]
+        self.hello = msg
+        syncer_type = msg.syncer_type or DEFAULT_SYNCER_TYPE
+        if syncer_type not in self.syncer_types:
+            return [self._close(f"unknown syncer type {syncer_type!r}")]
+        compressed = (COMPRESSION_SNAPPY in msg.supported_compression_algorithms
+                      and msg.supports_decoder_restart)
+        if not msg.supports_modern_policy_keys:
+            return [self._close("client does not support modern policy keys (too old)")]
+        self.syncer_type = syncer_type
+        self.compressed = compressed
+        hello = shared.STREAM_PREFIX + shared.encode(MsgServerHello(
+            self.server_version, syncer_type, True, self.conn_id))
+        if compressed:
+            self.phase = Phase.AWAIT_ACK1
+            self.deadline = now + self.settings.pong_timeout
+            return [Send(hello + shared.RESTART_FOR_SNAPSHOT)]
+        self.phase = Phase.SNAPSHOT
+        self.deadline = math.inf
+        return [Send(hello), SendSnapshot(compressed=False)]
+
+    def _on_pong(self, msg: MsgPong, now: float) -> None:
+        self.pongs += 1
+        sent = self._pings.pop(msg.ping_timestamp, None)
+        if sent is not None:
+            self.last_rtt = now - sent
+        if self.phase is Phase.STREAMING:
+            self.deadline = now + self.settings.pong_timeout
+
+    # ---- progress reported by the shell
+
+    def snapshot_sent(self, now: float) -> list[Action]:
+        """The snapshot has been handed to the socket in full."""
+        if self.phase is not Phase.SNAPSHOT:
+            raise RuntimeError(f"snapshot_sent in phase {self.phase.name}")
+        self.snapshot_sent_at = now
+        if not self.compressed:
+            return self._start_streaming(now, [])
+        if self._early_ack:
+            return self._start_streaming(now, [Send(shared.SNAPPY_STREAM_START)])
+        self.phase = Phase.AWAIT_ACK2
+        self.deadline = now + self.settings.pong_timeout
+        return []
+
+    def _start_streaming(self, now: float, actions: list[Action]) -> list[Action]:
+        self.phase = Phase.STREAMING
+        self.deadline = now + self.settings.pong_timeout
+        self._schedule_ping(now)
+        return [*actions, StartStreaming()]
+
+    def check_timers(self, now: float) -> list[Action]:
+        """Call when ``now`` reaches :attr:`deadline`: handshake, ACK and pong timeouts."""
+        if self.phase is Phase.CLOSED or now < self.deadline:
+            return []
+        if self.phase is Phase.AWAIT_HELLO:
+            reason = (f"handshake timeout: no MsgClientHello within "
+                      f"{self.settings.handshake_timeout}s")
+        elif self.phase in (Phase.AWAIT_ACK1, Phase.AWAIT_ACK2):
+            reason = f"no MsgACK within {self.settings.pong_timeout}s"
+        else:
+            reason = f"no MsgPong within {self.settings.pong_timeout}s"
+        return [self._close(reason)]
+
+    # ---- output while streaming
+
+    def frame(self, message: bytes) -> bytes:
+        """A gob message as it goes on this connection's current stream."""
+        return snappy.chunks(message) if self.compressed else message
+
+    def status(self, status: SyncStatus) -> bytes:
+        """MsgSyncStatus if ``status`` differs from the last one sent (first: vs 0)."""
+        if status == self._last_status:
+            return b""
+        self._last_status = status
+        return shared.STATUS_CHUNKS[status] if self.compressed else shared.STATUS[status]
+
+    def updates(self, crumbs: Sequence[Breadcrumb]) -> bytes:
+        """Shared encodings of each breadcrumb's deltas, then the status if it changed."""
+        per_crumb = shared.deltas_chunks if self.compressed else shared.deltas
+        return b"".join([*(per_crumb(c) for c in crumbs), self.status(crumbs[-1].status)])
+
+    def check_lag(self, age: float, now: float) -> list[Action]:
+        """The client is processing a breadcrumb ``age`` seconds older than the newest."""
+        if age <= self.settings.max_fall_behind:
+            return []
+        started = self.snapshot_sent_at if self.snapshot_sent_at is not None else now
+        if now > started + self.settings.new_client_fall_behind_grace:
+            return [self._close(f"client fell behind by {age:.1f}s (limit "
+                                f"{self.settings.max_fall_behind}s)")]
+        if self.grace_used:
+            return []
+        self.grace_used = True
+        return [GraceUsed(age)]
+
+    def ping_due(self, now: float) -> bool:
+        return self.phase is Phase.STREAMING and now >= self.next_ping_at
+
+    def ping(self, now: float, wall: GoTime) -> bytes:
+        """A MsgPing stamped ``wall`` (the wall clock: it is data, echoed by the client)."""
+        self._pings[wall] = now
+        while len(self._pings) > _PINGS_REMEMBERED:
+            self._pings.popitem(last=False)
+        self._schedule_ping(now)
+        return self.frame(shared.encode(MsgPing(wall)))
+
+    def _schedule_ping(self, now: float) -> None:
+        interval = self.settings.ping_interval
+        self.next_ping_at = now + interval * (1 + _PING_JITTER * self._rng.random())
+
+    def _close(self, reason: str) -> Close:
+        self.phase = Phase.CLOSED
+        self.close_reason = reason
+        self.deadline = math.inf
+        return Close(reason)
+
+
+def collect_batch(first: Breadcrumb, newest: float, *, min_batching_age: float,
+                  max_updates: int) -> list[Breadcrumb]:
+    """Breadcrumbs to send together, starting at ``first`` (Typha's delta batching).
+
+    A young breadcrumb goes out alone straight away.  A client that is behind gets the
+    breadcrumbs already published after it as well, up to ``max_updates`` updates, stopping
+    at the first young one.  ``newest`` is the timestamp of the cache's newest breadcrumb.
+    """
+    batch = [first]
+    if newest - first.timestamp < min_batching_age:
+        return batch
+    count = len(first.updates)
+    crumb = first
+    while crumb.next is not None and count < max_updates:
+        crumb = crumb.next
+        batch.append(crumb)
+        count += len(crumb.updates)
+        if newest - crumb.timestamp < min_batching_age:
+            break
+    return batch
