@@ -189,7 +189,7 @@ PARAMS: tuple[Param, ...] = (
     _p("ServerProtocols", "server_protocols", _oneof("all", "typha", "grpc"), "all"),
     _p("ServerMaxConcurrentStreams", "server_max_concurrent_streams", _int(1, 1 << 20), 16),
     _p("ServerDrainTimeoutSecs", "server_drain_timeout_secs", _seconds, 10.0),
-    _p("SnapshotReuseAgeSecs", "snapshot_reuse_age_secs", _seconds, 0.0),
+    _p("SnapshotReuseAgeSecs", "snapshot_reuse_age_secs", _seconds, 1.0),
     _p("MemorySeedFile", "memory_seed_file", _file_must_exist, ""),
     _p("MemoryDemoCluster", "memory_demo_cluster",
        _oneof("", "tiny", "small", "medium", "large"), ""),

@@ -27,7 +27,7 @@ class ServerSettings:
     new_client_fall_behind_grace: float = 300.0
     min_batching_age: float = 0.01
     max_message_size: int = 100  # KVs per message
-    snapshot_reuse_age: float = 0.0
+    snapshot_reuse_age: float = 1.0
     max_concurrent_streams: int = 16  # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
     drain_timeout: float = 10.0  # after GOAWAY, how long streams may finish
     max_inbound_message: int = 1 << 20  # bytes; bigger client messages are a protocol error

@@ -1,0 +1,1 @@
+"""The wire protocols trio-typha speaks to its clients (Typha's gob protocol, gRPC, ...)."""
