@@ -1,0 +1,94 @@
+"""Sync service messages: encoded once per breadcrumb, parsed once per request (pure).
+
+Everything derived from a breadcrumb is built through :meth:`Breadcrumb.memo`, so the
+protobuf encoding and the 5-byte gRPC prefix are paid once no matter how many streams
+send it; streams share the very same ``bytes`` objects.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from ...cache import Breadcrumb
+from ...model.kv import SerializedUpdate, SyncStatus
+from . import typha_pb2 as pb
+from .framing import frame_message
+from .status import GrpcError, StatusCode
+
+SERVICE = "typha.v1.Sync"
+SYNC_PATH = f"/{SERVICE}/Sync"
+
+
+def kv_message(update: SerializedUpdate) -> pb.KV:
+    return pb.KV(
+        key=update.key,
+        value=update.value or b"",
+        revision=update.revision,
+        v3_resource_version=update.v3_resource_version,
+        ttl_nanos=update.ttl_ns,
+        update_type=int(update.update_type),
+        deleted=update.deleted,
+    )
+
+
+def _framed(response: pb.SyncResponse) -> bytes:
+    return frame_message(response.SerializeToString())
+
+
+def _updates(updates: tuple[SerializedUpdate, ...] | list[SerializedUpdate]) -> bytes:
+    return _framed(pb.SyncResponse(update=pb.Updates(kvs=[kv_message(u) for u in updates])))
+
+
+def update_message(crumb: Breadcrumb) -> bytes:
+    """The breadcrumb's updates as one framed message; ``b""`` if it only changed status."""
+    return crumb.memo(("grpc", "update"), lambda c: _updates(c.updates) if c.updates else b"")
+
+
+def snapshot_messages(crumb: Breadcrumb, batch_size: int) -> tuple[bytes, ...]:
+    """The breadcrumb's snapshot as framed messages of at most ``batch_size`` KVs each.
+
+    Entries are sorted by key and all NEW (the cache's snapshot guarantees both); an
+    empty snapshot is no messages at all.
+    """
+    def build(c: Breadcrumb) -> tuple[bytes, ...]:
+        kvs = c.snapshot()
+        return tuple(_updates(kvs[i:i + batch_size]) for i in range(0, len(kvs), batch_size))
+    return crumb.memo(("grpc", "snapshot", batch_size), build)
+
+
+def finished_message(crumb: Breadcrumb) -> bytes:
+    """End of the snapshot taken at ``crumb``, with its status and size."""
+    return crumb.memo(("grpc", "finished"), lambda c: _framed(pb.SyncResponse(
+        finished=pb.Finished(sync_status=int(c.status), snapshot_size=len(c.snapshot())))))
+
+
+_STATUS_MESSAGES = {
+    status: _framed(pb.SyncResponse(status=pb.StatusChange(sync_status=int(status))))
+    for status in SyncStatus
+}
+
+
+def status_message(status: SyncStatus) -> bytes:
+    return _STATUS_MESSAGES[status]
+
+
+def header_message(*, conn_id: int, server_version: str, syncer_type: str,
+                   status: SyncStatus) -> bytes:
+    return _framed(pb.SyncResponse(header=pb.Header(
+        server_conn_id=conn_id, server_version=server_version, syncer_type=syncer_type,
+        sync_status=int(status))))
+
+
+def ping_message(ping_id: int, timestamp_ns: int) -> bytes:
+    return _framed(pb.SyncResponse(ping=pb.Ping(id=ping_id, timestamp_unix_nanos=timestamp_ns)))
+
+
+def parse_request(payload: bytes) -> pb.SyncRequest:
+    """Decode one client message; a payload that is not a SyncRequest is INVALID_ARGUMENT."""
+    request = pb.SyncRequest()
+    try:
+        request.ParseFromString(payload)
+    except DecodeError as exc:
+        raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                        f"request is not a valid SyncRequest: {exc}") from None
+    return request

@@ -1,0 +1,126 @@
+"""The ``typha.v1.Sync/Sync`` handler: one client session on one HTTP/2 stream (trio shell).
+
+Protocol decisions live in :class:`~.session.SyncSession`; this module only waits: for the
+start message, for room in the stream, for the next breadcrumb (update sender), for the
+next ping time (pinger) and for the pong deadline (pong watcher).  Whatever ends the
+session is raised as :class:`GrpcError` and turned into trailers by the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+import trio
+
+from ... import BUILD_VERSION
+from ...cache import Breadcrumb, CacheFeed
+from ...server.context import ServerContext, SessionInfo
+from . import messages
+from .session import SyncSession
+from .status import GrpcError, StatusCode
+
+log = logging.getLogger(__name__)
+
+
+class MessageStream(Protocol):
+    """One accepted gRPC stream, as the connection hands it to a handler."""
+
+    #: Cancelling it ends the session with UNAVAILABLE (registered in ctx.sessions).
+    cancel_scope: trio.CancelScope
+
+    async def receive(self) -> bytes | None:
+        """The next request message, or None once the client has half-closed."""
+        ...
+
+    async def send(self, message: bytes) -> None:
+        """Queue one framed response message, waiting while the stream is backed up."""
+        ...
+
+
+async def serve_sync(stream: MessageStream, ctx: ServerContext, *, peer: str = "") -> None:
+    """Run one Sync session until the client goes away or a :class:`GrpcError` ends it."""
+    settings = ctx.settings.normalized()
+    session = SyncSession(settings)
+    with trio.move_on_after(settings.handshake_timeout):
+        payload = await stream.receive()
+        if payload is None:
+            raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                            "request stream ended before the start message")
+        start = session.on_request(payload, trio.current_time())
+    if session.start is None:
+        raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
+                        f"no start message within {settings.handshake_timeout:g}s")
+    feed = ctx.feed(start.syncer_type)
+    if feed is None:
+        raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                        f"syncer_type {start.syncer_type!r} is not served here")
+
+    conn_id = ctx.next_conn_id()
+    info = SessionInfo(conn_id, "grpc", peer, start.syncer_type, start.hostname,
+                       cancel_scope=stream.cancel_scope)
+    ctx.sessions[conn_id] = info
+    log.info("gRPC sync session %#x from %s: hostname=%r syncer=%s client version=%r info=%r",
+             conn_id, peer, start.hostname, start.syncer_type, start.version, start.info)
+    try:
+        crumb = await _send_snapshot(stream, ctx, session, feed, conn_id, info)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_acks, stream, session)
+            nursery.start_soon(_watch_pongs, session)
+            nursery.start_soon(_send_pings, stream, session, info)
+            await _send_updates(stream, session, feed, crumb, info, conn_id)
+    finally:
+        del ctx.sessions[conn_id]
+
+
+async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
+                         feed: CacheFeed, conn_id: int, info: SessionInfo) -> Breadcrumb:
+    crumb = feed.snapshot_point()
+    out = [messages.header_message(conn_id=conn_id, server_version=ctx.version or BUILD_VERSION,
+                                   syncer_type=feed.syncer_type, status=crumb.status)]
+    out += messages.snapshot_messages(crumb, session.settings.max_message_size)
+    out.append(messages.finished_message(crumb))
+    for message in out:
+        await stream.send(message)
+        info.bytes_sent += len(message)
+    session.snapshot_sent(crumb.status, trio.current_time())
+    log.debug("gRPC session %#x: snapshot of %d KVs at seq %d sent", conn_id,
+              len(crumb.snapshot()), crumb.seq)
+    return crumb
+
+
+async def _send_updates(stream: MessageStream, session: SyncSession, feed: CacheFeed,
+                        crumb: Breadcrumb, info: SessionInfo, conn_id: int) -> None:
+    """Follow the breadcrumbs forever: one update message per breadcrumb, then its status."""
+    while True:
+        nxt = await feed.wait_next(crumb)
+        if session.check_fall_behind(nxt, feed.latest, trio.current_time()):
+            log.info("gRPC session %#x fell more than %gs behind; tolerated during the "
+                     "new-client grace period", conn_id, session.settings.max_fall_behind)
+        for message in session.messages_for(nxt):
+            await stream.send(message)
+            info.bytes_sent += len(message)
+        crumb = nxt
+
+
+async def _send_pings(stream: MessageStream, session: SyncSession, info: SessionInfo) -> None:
+    # Messages are queued whole, so pings and updates interleave only between messages.
+    while True:
+        await trio.sleep_until(session.next_ping_at)
+        message = session.ping(trio.current_time(), time.time_ns())
+        await stream.send(message)
+        info.bytes_sent += len(message)
+
+
+async def _read_acks(stream: MessageStream, session: SyncSession) -> None:
+    while (payload := await stream.receive()) is not None:
+        session.on_request(payload, trio.current_time())
+    # Half-closed: no more acks can come, so the pong timeout will end the stream; until
+    # then the client keeps getting updates.
+
+
+async def _watch_pongs(session: SyncSession) -> None:
+    while True:
+        await trio.sleep_until(session.pong_deadline)
+        session.check_pong(trio.current_time())
