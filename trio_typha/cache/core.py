@@ -96,6 +96,10 @@ class SnapshotCache:
     def get(self, key: str) -> SerializedUpdate | None:
         return self._kvs.get(key)
 
+    def values_by_key(self) -> dict[str, bytes | None]:
+        """A copy of the current key -> value map (for checks and introspection)."""
+        return {k: u.value for k, u in self._kvs.items()}
+
     def apply(self, updates: Iterable[SerializedUpdate], now: float) -> list[Breadcrumb]:
         """Apply a batch of updates; return the breadcrumbs published (possibly none)."""
         kept: list[SerializedUpdate] = []

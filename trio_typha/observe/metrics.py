@@ -107,14 +107,9 @@ class Metrics:
         prometheus-client appends ``_total`` to every counter sample and adds ``_created``;
         Go's client does neither, and dashboards written for Typha query the Go names.
         """
-        typha_names = {m._name: m._name for m in vars(self).values()
-                       if isinstance(m, MetricWrapperBase)}
-        for m in vars(self).values():
-            if isinstance(m, Counter) and m._name.endswith("_total"):
-                typha_names[m._name[: -len("_total")]] = m._name
         out: list[str] = []
         for family in self.registry.collect():
-            name = typha_names.get(family.name, family.name)
+            name = family.name + "_total" if family.name in _TOTAL_SUFFIXED else family.name
             mtype = family.type if family.type != "unknown" else "untyped"
             out.append(f"# HELP {name} {_escape_help(family.documentation)}")
             out.append(f"# TYPE {name} {mtype}")
@@ -132,6 +127,11 @@ class Metrics:
         if path != "/metrics":
             return None
         return 200, "text/plain; version=0.0.4; charset=utf-8", self.exposition()
+
+
+# Typha counters whose Go name itself ends in _total (prometheus-client strips the suffix
+# from every counter's family name).
+_TOTAL_SUFFIXED = frozenset({"typha_updates"})
 
 
 def _escape_help(text: str) -> str:
