@@ -44,14 +44,14 @@ async def run(args: argparse.Namespace) -> dict:
     objects = store.put_all(generate(args.cluster))
     load_s = time.monotonic() - t_load
     cfg = load_config({}, overrides={
-        "DatastoreType": "memory", "ServerPort": str(args.port), "ServerHost": "127.0.0.1",
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
         "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
         "ServerPingIntervalSecs": "10"})
     result: dict = {"bench": "fanout", "protocol": args.protocol, "clients": args.clients,
                     "cluster": args.cluster, "objects": objects, "rate": args.rate,
                     "churn_seconds": args.seconds, "store_load_s": round(load_s, 2)}
     async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store).run)
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=args.port).run)
         t0 = trio.current_time()
         await daemon.wait_in_sync()
         result["server_in_sync_s"] = round(trio.current_time() - t0, 2)

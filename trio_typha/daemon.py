@@ -85,8 +85,12 @@ class Daemon:
 
     def __init__(self, cfg: Config, *, store: MemoryStore | None = None,
                  datastore: Datastore | None = None, handle_signals: bool = False,
-                 syncer_types: tuple[str, ...] = SYNCER_TYPES) -> None:
+                 syncer_types: tuple[str, ...] = SYNCER_TYPES,
+                 listen_port: int | None = None) -> None:
+        """``listen_port`` overrides the configured port; 0 picks a free one (tests, benches):
+        in Typha's own config, ServerPort 0 means 5473."""
         self.config = cfg
+        self.listen_port = cfg.port if listen_port is None else listen_port
         self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled)
         self.health = Health()
         self.handle_signals = handle_signals
@@ -150,7 +154,12 @@ class Daemon:
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs)
                  for t in self.syncer_types}
-        self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION)
+        self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION,
+                                 metrics=self.metrics)
+        for syncer_type, feed in feeds.items():
+            sm = self.ctx.syncer_metrics(syncer_type)
+            feed.on_wait = (lambda blocked, sm=sm:
+                            (sm.breadcrumb_block if blocked else sm.breadcrumb_non_block).inc())
         validator = _validator()
         async with trio.open_nursery() as nursery:
             if self.handle_signals:
@@ -200,8 +209,9 @@ class Daemon:
             client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san,
             on_accept=self.metrics.connections_accepted.inc)
         log.info("Opening %slisten socket host=%s port=%d", "TLS " if ssl_context else "",
-                 cfg.server_host or "*", cfg.port)
-        listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.server_host or None)
+                 cfg.server_host or "*", self.listen_port)
+        listeners = await trio.open_tcp_listeners(self.listen_port,
+                                                  host=cfg.server_host or None)
         self.ports["server"] = listeners[0].socket.getsockname()[1]
         with trio.CancelScope() as scope:
             self._listener_scope = scope

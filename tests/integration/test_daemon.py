@@ -16,7 +16,7 @@ from trio_typha.model.kv import SYNCER_TYPES, SyncStatus
 
 
 def config(**extra: str):
-    overrides = {"DatastoreType": "memory", "ServerPort": "0", "ServerHost": "127.0.0.1",
+    overrides = {"DatastoreType": "memory", "ServerHost": "127.0.0.1",
                  "HealthEnabled": "true", "HealthPort": "0", "HealthHost": "127.0.0.1",
                  "PrometheusMetricsEnabled": "true", "PrometheusMetricsPort": "0",
                  "PrometheusMetricsHost": "127.0.0.1", "ShutdownTimeoutSecs": "5",
@@ -39,7 +39,7 @@ async def grpc_view(port: int, syncer: str, *, stop_when_in_sync: bool = True) -
 async def daemon(nursery):
     store = MemoryStore()
     store.put_all(generate("tiny"))
-    d = Daemon(config(), store=store)
+    d = Daemon(config(), store=store, listen_port=0)
     await nursery.start(d.run)
     with trio.fail_after(10):
         await d.wait_in_sync()
@@ -122,12 +122,18 @@ async def test_mixed_fleet_gob_and_grpc_get_identical_kvs(daemon) -> None:
         expected = daemon.pipelines[syncer].feed.cache.values_by_key()
         assert grpc_kvs == gob_kvs == legacy_kvs == expected
         assert expected  # every syncer has something to serve in the tiny cluster
+    m = daemon.metrics
+    for syncer in SYNCER_TYPES:
+        # each syncer: one compressed snapshot built, three snapshots sent (gRPC, gob, legacy)
+        assert m.snapshots_generated.labels(syncer=syncer)._value.get() == 1
+        sent = m.client_snapshot_send_secs.labels(syncer=syncer)._count.get()
+        assert sent == 3
 
 
 async def test_shutdown_drains_connected_clients(nursery) -> None:
     store = MemoryStore()
     store.put_all(generate("tiny"))
-    d = Daemon(config(ShutdownConnectionDropIntervalMaxSecs="0.1"), store=store)
+    d = Daemon(config(ShutdownConnectionDropIntervalMaxSecs="0.1"), store=store, listen_port=0)
     done = trio.Event()
 
     async def run_daemon(task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -290,7 +290,10 @@ async def test_client_that_falls_behind_is_dropped_after_grace(
     assert "fell behind" in caplog.text
 
 
-async def test_draining_and_cancel_scope_close_sessions(autojump_clock: trio.abc.Clock) -> None:
+async def test_cancel_scope_closes_one_session_and_draining_closes_none(
+        autojump_clock: trio.abc.Clock) -> None:
+    """Typha drains gob clients one at a time (the daemon cancels them); draining alone
+    must not drop every client at once."""
     ctx = make_ctx()
     async with trio.open_nursery() as nursery:
         first = client_for(connect(nursery, ctx))
@@ -303,6 +306,10 @@ async def test_draining_and_cancel_scope_close_sessions(autojump_clock: trio.abc
         await trio.sleep(1)
         assert len(ctx.sessions) == 1
         ctx.draining.set()
+        await trio.sleep(5)
+        assert len(ctx.sessions) == 1
+        [other] = ctx.sessions.values()
+        other.cancel_scope.cancel()
         await trio.sleep(1)
         assert ctx.sessions == {}
     for client in (first, second):

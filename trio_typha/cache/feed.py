@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import trio
 
@@ -24,6 +24,8 @@ class CacheFeed:
         self.snapshot_reuse_age = snapshot_reuse_age
         self._published = trio.Event()
         self._in_sync = trio.Event()
+        #: Called with True when a client had to wait for the next breadcrumb, else False.
+        self.on_wait: Callable[[bool], None] | None = None
 
     @property
     def latest(self) -> Breadcrumb:
@@ -50,8 +52,11 @@ class CacheFeed:
 
     async def wait_next(self, crumb: Breadcrumb) -> Breadcrumb:
         """Return ``crumb.next``, sleeping until it is published."""
+        blocked = crumb.next is None
         while crumb.next is None:
             await self._published.wait()
+        if self.on_wait is not None:
+            self.on_wait(blocked)
         return crumb.next
 
     async def wait_in_sync(self) -> None:

@@ -140,3 +140,21 @@ def _escape_help(text: str) -> str:
 
 def _escape_label(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+class SyncerMetrics:
+    """The per-syncer series a client session updates, bound to their label once."""
+
+    def __init__(self, metrics: Metrics, syncer: str) -> None:
+        m = metrics
+        self.streaming = m.connections_streaming.labels(syncer=syncer)
+        self.grace_used = m.connections_grace_used.labels(syncer=syncer)
+        self.snapshot_send_secs = m.client_snapshot_send_secs.labels(syncer=syncer)
+        self.ping_latency = m.ping_latency.labels(syncer=syncer)
+        self.kvs_per_msg = m.kvs_per_msg.labels(syncer=syncer)
+        self.client_latency = m.client_latency_secs.labels(syncer=syncer)
+        self.snapshots_generated = m.snapshots_generated.labels(syncer=syncer)
+        self.snapshots_reused = m.snapshots_reused.labels(syncer=syncer)
+        self.snapshot_compressed_bytes = m.snapshot_compressed_bytes.labels(syncer=syncer)
+        self.breadcrumb_block = m.breadcrumb_block.labels(syncer=syncer)
+        self.breadcrumb_non_block = m.breadcrumb_non_block.labels(syncer=syncer)

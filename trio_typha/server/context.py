@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import trio
 
 from ..cache import CacheFeed
+from ..model.kv import SYNCER_TYPES
+from ..observe.metrics import Metrics, SyncerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +59,19 @@ class ServerContext:
     _ids: itertools.count[int] = field(default_factory=_conn_id_counter)
     #: Live sessions by connection id, for introspection and connection rebalancing.
     sessions: dict[int, SessionInfo] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=False))
+    _syncer_metrics: dict[str, SyncerMetrics] = field(default_factory=dict)
 
     def next_conn_id(self) -> int:
         return next(self._ids)
+
+    def syncer_metrics(self, syncer_type: str) -> SyncerMetrics:
+        """Typha's per-syncer series for ``syncer_type`` (one of the four)."""
+        sm = self._syncer_metrics.get(syncer_type)
+        if sm is None:
+            label = syncer_type if syncer_type in SYNCER_TYPES else "felix"
+            sm = self._syncer_metrics[syncer_type] = SyncerMetrics(self.metrics, label)
+        return sm
 
     def feed(self, syncer_type: str) -> CacheFeed | None:
         """The cache of ``syncer_type`` (``""`` means felix, as in Typha), or None."""

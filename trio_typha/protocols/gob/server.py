@@ -22,6 +22,7 @@ import trio
 
 from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
+from ...observe.metrics import SyncerMetrics
 from ...server.context import ServerContext, SessionInfo
 from . import shared
 from .gotime import GoTime
@@ -85,6 +86,8 @@ class _GobConnection:
             now=trio.current_time(), rng=random.Random())
         self.info = SessionInfo(self.conn_id, PROTOCOL, peer)
         self.close_reason: str | None = None
+        self._streaming = False
+        self._pongs_seen = 0
         self._actions_tx, self._actions_rx = trio.open_memory_channel[Action](8)
         self._cancel = trio.CancelScope()
         self._timer = trio.CancelScope()
@@ -98,9 +101,10 @@ class _GobConnection:
                     await nursery.start(self._watchdog)
                     nursery.start_soon(self._writer)
                     nursery.start_soon(self._reader, prefix)
-                    nursery.start_soon(self._close_on_drain)
         finally:
             del self.ctx.sessions[self.conn_id]
+            if self._streaming:
+                self._metrics().streaming.dec()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
         if self.close_reason is None:
@@ -132,10 +136,6 @@ class _GobConnection:
                     self._close(action.reason)
                     return
 
-    async def _close_on_drain(self) -> None:
-        await self.ctx.draining.wait()
-        self._close("server is shutting down")
-
     async def _reader(self, prefix: bytes) -> None:
         try:
             if prefix:
@@ -152,6 +152,10 @@ class _GobConnection:
 
     async def _handle(self, actions: list[Action]) -> None:
         self._rearm()
+        if self.session.pongs != self._pongs_seen:
+            self._pongs_seen = self.session.pongs
+            if self.session.last_rtt is not None:
+                self._metrics().ping_latency.observe(self.session.last_rtt)
         hello = self.session.hello
         if hello is not None and not self.info.syncer_type:
             self.info.hostname = hello.hostname
@@ -181,12 +185,16 @@ class _GobConnection:
             if isinstance(action, Send):
                 await self._write(action.data)
             elif isinstance(action, SendSnapshot):
+                started = trio.current_time()
                 crumb = self._feed().snapshot_point()
                 await self._write(await self._snapshot_bytes(crumb, action.compressed))
                 pending.extend(self.session.snapshot_sent(trio.current_time()))
+                self._metrics().snapshot_send_secs.observe(trio.current_time() - started)
                 self._rearm()
             elif isinstance(action, StartStreaming):
                 assert crumb is not None
+                self._metrics().streaming.inc()
+                self._streaming = True
                 return crumb
 
     async def _stream_deltas(self, crumb: Breadcrumb) -> None:
@@ -208,11 +216,15 @@ class _GobConnection:
                     if isinstance(action, Close):
                         raise _Drop(action.reason)
                     if isinstance(action, GraceUsed):
+                        self._metrics().grace_used.inc()
                         log.warning("Typha client %s (conn %#x) is %.1fs behind; tolerated "
                                     "during its grace period", self.peer, self.conn_id,
                                     action.age)
                 out.append(session.updates(batch))
                 crumb = batch[-1]
+                metrics = self._metrics()
+                metrics.client_latency.observe(max(newest - crumb.timestamp, 0.0))
+                metrics.kvs_per_msg.observe(sum(len(c.updates) for c in batch))
             if session.ping_due(now):
                 out.append(session.ping(now, _wall_clock()))
             data = b"".join(out)
@@ -220,6 +232,9 @@ class _GobConnection:
                 await self._write(data)
 
     # ---- helpers
+
+    def _metrics(self) -> SyncerMetrics:
+        return self.ctx.syncer_metrics(self.session.syncer_type)
 
     def _feed(self) -> CacheFeed:
         feed = self.ctx.feed(self.session.syncer_type)
@@ -230,8 +245,13 @@ class _GobConnection:
     async def _snapshot_bytes(self, crumb: Breadcrumb, compressed: bool) -> bytes:
         snapshot = crumb.snapshot()
         if compressed:
-            return await _shared_build(crumb, ("snappy",), len(snapshot),
-                                       lambda: shared.build_compressed_snapshot(snapshot))
+            metrics = self._metrics()
+            data = await _shared_build(crumb, ("snappy",), len(snapshot),
+                                       lambda: shared.build_compressed_snapshot(snapshot),
+                                       on_built=metrics.snapshots_generated.inc,
+                                       on_reused=metrics.snapshots_reused.inc)
+            metrics.snapshot_compressed_bytes.set(len(data))
+            return data
         per_message = self.settings.max_message_size
         return await _shared_build(
             crumb, ("plain", per_message), len(snapshot),
@@ -259,9 +279,16 @@ class _Build:
 
 
 async def _shared_build(crumb: Breadcrumb, key: tuple[object, ...], size: int,
-                        build: Callable[[], bytes]) -> bytes:
+                        build: Callable[[], bytes], *,
+                        on_built: Callable[[], object] | None = None,
+                        on_reused: Callable[[], object] | None = None) -> bytes:
     """Build a breadcrumb's snapshot encoding once; every caller gets the same bytes."""
     slot = crumb.memo(("gob", "snapshot", *key), lambda _: _Build())
+    if slot.data is not None or slot.done is not None:
+        if on_reused is not None:
+            on_reused()
+    elif on_built is not None:
+        on_built()
     if slot.data is None:
         if slot.done is None:
             slot.done = trio.Event()

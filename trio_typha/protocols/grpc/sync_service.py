@@ -16,6 +16,7 @@ import trio
 
 from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
+from ...observe.metrics import SyncerMetrics
 from ...server.context import ServerContext, SessionInfo
 from . import messages
 from .session import SyncSession
@@ -63,15 +64,23 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, *, peer: str = "
     ctx.sessions[conn_id] = info
     log.info("gRPC sync session %#x from %s: hostname=%r syncer=%s client version=%r info=%r",
              conn_id, peer, start.hostname, start.syncer_type, start.version, start.info)
+    metrics = ctx.syncer_metrics(feed.syncer_type)
+    streaming = False
     try:
+        started = trio.current_time()
         crumb = await _send_snapshot(stream, ctx, session, feed, conn_id, info)
+        metrics.snapshot_send_secs.observe(trio.current_time() - started)
+        metrics.streaming.inc()
+        streaming = True
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_acks, stream, session)
+            nursery.start_soon(_read_acks, stream, session, metrics)
             nursery.start_soon(_watch_pongs, session)
             nursery.start_soon(_send_pings, stream, session, info)
-            await _send_updates(stream, session, feed, crumb, info, conn_id)
+            await _send_updates(stream, session, feed, crumb, info, conn_id, metrics)
     finally:
         del ctx.sessions[conn_id]
+        if streaming:
+            metrics.streaming.dec()
 
 
 async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
@@ -91,11 +100,17 @@ async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: Syn
 
 
 async def _send_updates(stream: MessageStream, session: SyncSession, feed: CacheFeed,
-                        crumb: Breadcrumb, info: SessionInfo, conn_id: int) -> None:
+                        crumb: Breadcrumb, info: SessionInfo, conn_id: int,
+                        metrics: SyncerMetrics) -> None:
     """Follow the breadcrumbs forever: one update message per breadcrumb, then its status."""
     while True:
         nxt = await feed.wait_next(crumb)
-        if session.check_fall_behind(nxt, feed.latest, trio.current_time()):
+        now = trio.current_time()
+        metrics.client_latency.observe(max(feed.latest.timestamp - nxt.timestamp, 0.0))
+        if nxt.updates:
+            metrics.kvs_per_msg.observe(len(nxt.updates))
+        if session.check_fall_behind(nxt, feed.latest, now):
+            metrics.grace_used.inc()
             log.info("gRPC session %#x fell more than %gs behind; tolerated during the "
                      "new-client grace period", conn_id, session.settings.max_fall_behind)
         for message in session.messages_for(nxt):
@@ -113,9 +128,13 @@ async def _send_pings(stream: MessageStream, session: SyncSession, info: Session
         info.bytes_sent += len(message)
 
 
-async def _read_acks(stream: MessageStream, session: SyncSession) -> None:
+async def _read_acks(stream: MessageStream, session: SyncSession,
+                     metrics: SyncerMetrics) -> None:
     while (payload := await stream.receive()) is not None:
+        rtt = session.last_rtt
         session.on_request(payload, trio.current_time())
+        if session.last_rtt is not None and session.last_rtt is not rtt:
+            metrics.ping_latency.observe(session.last_rtt)
     # Half-closed: no more acks can come, so the pong timeout will end the stream; until
     # then the client keeps getting updates.
 
