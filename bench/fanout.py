@@ -38,6 +38,17 @@ def client_command(protocol: str, port: int, n: int, syncer: str) -> list[str]:
             "--port", str(port), "--n", str(n), "--syncer", syncer]
 
 
+def snapshot_sizes(daemon: Daemon, syncer: str) -> dict:
+    """The syncer's snapshot as gob (plain, streamed) and as the snappy-compressed stream."""
+    from trio_typha.protocols.gob import shared
+    snap = daemon.pipelines[syncer].feed.snapshot_point().snapshot()
+    raw = shared.build_streamed_snapshot(snap, 1000)
+    compressed = shared.build_compressed_snapshot(snap)
+    return {"snapshot_keys": len(snap), "snapshot_gob_bytes": len(raw),
+            "snapshot_snappy_bytes": len(compressed),
+            "snapshot_value_bytes": sum(len(u.value or b"") for u in snap)}
+
+
 async def run(args: argparse.Namespace) -> dict:
     store = MemoryStore()
     t_load = time.monotonic()
@@ -76,6 +87,9 @@ async def run(args: argparse.Namespace) -> dict:
         result["churn_writes"] = churn.writes
         result["churn_cpu_s"] = round(cpu_seconds() - cpu1, 2)
         await trio.sleep(1)  # let the last writes arrive
+        result["bytes_sent_total"] = sum(i.bytes_sent for i in daemon.ctx.sessions.values())
+        result["sessions_at_end"] = len(daemon.ctx.sessions)
+        result.update(snapshot_sizes(daemon, args.syncer))
         delays: list[float] = []
         for p in procs:
             p.stdin.close()
