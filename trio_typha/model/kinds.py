@@ -57,6 +57,7 @@ CALICO_KINDS: tuple[tuple[str, str, bool], ...] = (
     ("IPPool", "ippools", False),
     ("IPReservation", "ipreservations", False),
     ("KubeControllersConfiguration", "kubecontrollersconfigurations", False),
+    ("LiveMigration", "livemigrations", True),
     ("NetworkPolicy", "networkpolicies", True),
     ("NetworkSet", "networksets", True),
     ("Profile", "profiles", False),

@@ -1,19 +1,40 @@
 """Syncer definitions: which kinds each syncer type watches and how each converts.
 
-PLACEHOLDER contract implementation (v3 passthrough for everything); the byte-exact model
-replaces the body of this module but keeps its interface.
+One :class:`SyncerDefinition` per (syncer type, datastore mode) mirrors
+``libcalico-go/lib/backend/syncersv1/{felixsyncer,bgpsyncer,tunnelipsyncer,
+nodestatussyncer}`` as Typha v3.32.1 builds them (felix as leader, BGP and tunnel syncers
+for all nodes).  ``convert(kind, obj)`` returns every serialized KV one source object yields,
+deterministically and without state: the pipeline diffs successive results per object into
+new / updated / deleted updates, which also covers the update processors' habit of emitting
+``nil`` values for keys that went away.
+
+Objects Calico's backend or update processors refuse (undecodable fields, bad UIDs, bad
+CIDRs, ...) yield no KVs, which the pipeline turns into deletions of whatever they yielded
+before, the way Typha treats them as deleted.
 """
 
 from __future__ import annotations
 
 import enum
-import json
+import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import kinds as K
+from .config import config_kvs
+from .crd import crd_to_v3
+from .endpoints import host_endpoint_kvs, workload_endpoint_kvs
+from .ipam import block_affinity_kvs, ip_pool_kvs, ipam_block_kvs
 from .kinds import ResourceKind
+from .netsets import global_network_set_kvs, network_set_kvs
+from .nodes import felix_node_kvs
+from .passthrough import resource_kv
+from .policy import policy_kvs, staged_k8s_policy_as_k8s, staged_k8s_policy_kvs, tier_kvs
+from .profiles import profile_kvs
+
+log = logging.getLogger(__name__)
 
 
 class DatastoreMode(enum.Enum):
@@ -36,27 +57,212 @@ class SyncerDefinition:
     static_kvs: tuple[ConvertedKV, ...] = ()
 
 
-def _passthrough(kind: ResourceKind, obj: Mapping[str, Any]) -> list[ConvertedKV]:
-    md = obj.get("metadata", {})
-    ns = md.get("namespace", "")
-    path = f"{ns}/{md['name']}" if kind.namespaced else md["name"]
-    key = f"/calico/resources/v3/{kind.group or 'core'}/{kind.plural}/{path}"
-    return [ConvertedKV(key, json.dumps(obj, separators=(",", ":"), sort_keys=True).encode())]
+DEFAULT_ALLOW_PROFILE_NAME = "projectcalico-default-allow"
+
+# Calico kinds each syncer watches, in the order the Go syncers list them.  KDD derives
+# Profiles, WorkloadEndpoints and Nodes from Kubernetes objects instead of Calico ones, and
+# LiveMigrations from KubeVirt migrations (not watched here: those CRDs are optional and the
+# conversion is not specified).
+_FELIX_CALICO = ("ClusterInformation", "FelixConfiguration", "GlobalNetworkPolicy",
+                 "StagedGlobalNetworkPolicy", "GlobalNetworkSet", "IPPool", "Node", "Profile",
+                 "WorkloadEndpoint", "NetworkPolicy", "StagedNetworkPolicy",
+                 "StagedKubernetesNetworkPolicy", "NetworkSet", "Tier", "HostEndpoint",
+                 "BGPConfiguration", "BGPPeer", "LiveMigration")
+_KDD_FROM_KUBERNETES = frozenset({"Node", "Profile", "WorkloadEndpoint", "LiveMigration"})
+_BGP_CALICO = ("IPPool", "BGPConfiguration", "Node", "BGPPeer", "BGPFilter")
+_TUNNEL_CALICO = ("IPPool", "Node")
+
+# Kinds whose v3 object goes out as it is.
+_PASSTHROUGH = frozenset({"BGPConfiguration", "BGPPeer", "BGPFilter", "CalicoNodeStatus",
+                          "LiveMigration"})
+
+
+def _kinds(syncer_type: str, mode: DatastoreMode, calico_group: str,
+           use_pod_cidr: bool) -> tuple[ResourceKind, ...]:
+    kdd = mode is DatastoreMode.KDD
+    group = calico_group if kdd else K.CALICO_V3_GROUP
+
+    def calico(names: tuple[str, ...]) -> list[ResourceKind]:
+        return [K.calico_kind(n, group) for n in names
+                if not (kdd and n in _KDD_FROM_KUBERNETES)]
+
+    if syncer_type == "felix":
+        out = calico(_FELIX_CALICO)
+        if kdd:
+            out += [K.POD, K.NAMESPACE, K.SERVICE_ACCOUNT, K.NODE, K.K8S_NETWORK_POLICY,
+                    K.ENDPOINT_SLICE, K.SERVICE]
+        if not use_pod_cidr:
+            out.append(K.calico_kind("IPAMBlock", group))
+    elif syncer_type == "bgp":
+        out = calico(_BGP_CALICO) + ([K.NODE] if kdd else [])
+        if not use_pod_cidr:
+            out.append(K.calico_kind("BlockAffinity", group))
+    elif syncer_type == "tunnel-ip-allocation":
+        out = calico(_TUNNEL_CALICO) + ([K.NODE] if kdd else [])
+    elif syncer_type == "node-status":
+        out = [K.calico_kind("CalicoNodeStatus", group)]
+    else:
+        raise KeyError(f"unknown syncer type {syncer_type!r}")
+    return tuple(out)
+
+
+class _Converter:
+    """``convert`` of one syncer definition."""
+
+    def __init__(self, syncer_type: str, mode: DatastoreMode, use_pod_cidr: bool,
+                 interface_prefix: str | None) -> None:
+        self.syncer_type = syncer_type
+        self.mode = mode
+        self.use_pod_cidr = use_pod_cidr
+        self.interface_prefix = interface_prefix
+
+    def __call__(self, kind: ResourceKind, obj: Mapping[str, Any]) -> list[ConvertedKV]:
+        try:
+            triples = self._convert(kind, obj)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            # ValueError covers GoJSONError, SelectorError, CRD and Kubernetes conversion
+            # errors; the others come from objects of the wrong shape altogether.
+            md = obj.get("metadata") if isinstance(obj, Mapping) else None
+            log.warning("%s: %s %s/%s does not convert: %s", self.syncer_type, kind,
+                        (md or {}).get("namespace", ""), (md or {}).get("name", ""), e)
+            return []
+        return [ConvertedKV(k, v, rv) for k, v, rv in triples]
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def _convert(self, kind: ResourceKind, obj: Mapping[str, Any]
+                 ) -> list[tuple[str, bytes, str]]:
+        if kind.group in (K.CALICO_V3_GROUP, K.CALICO_CRD_GROUP):
+            if kind.group == K.CALICO_CRD_GROUP:
+                key_name, v3 = crd_to_v3(kind.kind, obj)
+            else:
+                v3 = dict(obj)
+                v3.setdefault("kind", kind.kind)
+                v3.setdefault("apiVersion", "projectcalico.org/v3")
+                key_name = (obj.get("metadata") or {}).get("name") or ""
+            return self._calico(kind.kind, key_name, v3)
+        return self._kubernetes(kind, obj)
+
+    def _kubernetes(self, kind: ResourceKind, obj: Mapping[str, Any]
+                    ) -> list[tuple[str, bytes, str]]:
+        from . import k8s  # part B's conversions (imported lazily)
+
+        if kind == K.NODE:
+            node = k8s.node_to_calico_node(obj, use_pod_cidr=self.use_pod_cidr)
+            return self._node(node)
+        if self.syncer_type != "felix":
+            return []
+        if kind == K.POD:
+            if self.interface_prefix is not None:
+                wep = k8s.pod_to_workload_endpoint(obj, interface_prefix=self.interface_prefix)
+            else:
+                wep = k8s.pod_to_workload_endpoint(obj)
+            return [] if wep is None else _no_rv(workload_endpoint_kvs(wep))
+        if kind in (K.NAMESPACE, K.SERVICE_ACCOUNT):
+            profile = (k8s.namespace_to_profile(obj) if kind == K.NAMESPACE
+                       else k8s.service_account_to_profile(obj))
+            return profile_kvs((profile.get("metadata") or {}).get("name") or "", profile)
+        if kind == K.K8S_NETWORK_POLICY:
+            policy = k8s.k8s_network_policy_to_calico(obj)
+            md = obj.get("metadata") or {}
+            return _no_rv(policy_kvs("KubernetesNetworkPolicy", md.get("name") or "", policy))
+        if kind == K.SERVICE:
+            return [resource_kv("KubernetesService", k8s.service_passthrough(obj),
+                                schema="Service", stamp=False)]
+        if kind == K.ENDPOINT_SLICE:
+            return [resource_kv("KubernetesEndpointSlice", k8s.endpoint_slice_passthrough(obj),
+                                schema="EndpointSlice", stamp=False)]
+        return []
+
+    def _node(self, node: Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
+        if self.syncer_type == "felix":
+            return felix_node_kvs(node, use_pod_cidr=self.use_pod_cidr)
+        return [resource_kv("Node", node)]
+
+    def _calico(self, kind: str, key_name: str, obj: Mapping[str, Any]
+                ) -> list[tuple[str, bytes, str]]:
+        felix = self.syncer_type == "felix"
+        if kind == "IPPool":
+            return _no_rv(ip_pool_kvs(obj))
+        if kind == "Node":
+            return self._node(obj)
+        if kind in _PASSTHROUGH:
+            return [resource_kv(kind, obj, key_name=key_name)]
+        if kind == "BlockAffinity":
+            return _no_rv(block_affinity_kvs(obj))
+        if not felix:
+            return []
+        if kind in ("ClusterInformation", "FelixConfiguration"):
+            return config_kvs(kind, key_name, obj)
+        if kind in ("GlobalNetworkPolicy", "StagedGlobalNetworkPolicy", "NetworkPolicy",
+                    "StagedNetworkPolicy"):
+            return _no_rv(policy_kvs(kind, key_name, obj))
+        if kind == "StagedKubernetesNetworkPolicy":
+            if (obj.get("spec") or {}).get("stagedAction") == "Delete":
+                return []
+            from . import k8s
+
+            converted = k8s.k8s_network_policy_to_calico(staged_k8s_policy_as_k8s(obj))
+            return _no_rv(staged_k8s_policy_kvs(key_name, obj, converted))
+        if kind == "GlobalNetworkSet":
+            return _no_rv(global_network_set_kvs(obj))
+        if kind == "NetworkSet":
+            return _no_rv(network_set_kvs(key_name, obj))
+        if kind == "Tier":
+            return _no_rv(tier_kvs(key_name, obj, kdd=self.mode is DatastoreMode.KDD))
+        if kind == "HostEndpoint":
+            return _no_rv(host_endpoint_kvs(obj))
+        if kind == "Profile":
+            return profile_kvs(key_name, obj)
+        if kind == "WorkloadEndpoint":
+            return _no_rv(workload_endpoint_kvs(obj))
+        if kind == "IPAMBlock":
+            return _no_rv(ipam_block_kvs(obj))
+        return []
+
+
+def _no_rv(kvs: list[tuple[str, bytes]]) -> list[tuple[str, bytes, str]]:
+    return [(k, v, "") for k, v in kvs]
+
+
+def default_allow_profile_kvs() -> tuple[ConvertedKV, ...]:
+    """The always-present ``projectcalico-default-allow`` profile's KVs (rules and the v3
+    object; it has no labels)."""
+    from . import k8s
+
+    return tuple(ConvertedKV(k, v, rv) for k, v, rv in
+                 profile_kvs(DEFAULT_ALLOW_PROFILE_NAME, k8s.DEFAULT_ALLOW_PROFILE))
+
+
+def _interface_prefix() -> str | None:
+    """Felix's first ``FELIX_INTERFACEPREFIX`` entry, read from Typha's environment as the
+    KDD pod conversion does."""
+    raw = os.environ.get("FELIX_INTERFACEPREFIX")
+    if raw is None:
+        return None
+    from . import k8s
+
+    return k8s.interface_prefix_from_env(raw)
 
 
 def syncer_definition(syncer_type: str, mode: DatastoreMode = DatastoreMode.KDD, *,
                       calico_group: str = K.CALICO_V3_GROUP,
                       use_pod_cidr: bool = False) -> SyncerDefinition:
-    c = lambda k: K.calico_kind(k, calico_group)  # noqa: E731
-    if syncer_type == "felix":
-        kinds = (K.POD, K.NAMESPACE, K.SERVICE_ACCOUNT, K.NODE, K.K8S_NETWORK_POLICY,
-                 c("NetworkPolicy"), c("GlobalNetworkPolicy"), c("Tier"), c("IPPool"))
-    elif syncer_type == "bgp":
-        kinds = (K.NODE, c("IPPool"), c("BGPConfiguration"), c("BGPPeer"))
-    elif syncer_type == "tunnel-ip-allocation":
-        kinds = (K.NODE, c("IPPool"))
-    elif syncer_type == "node-status":
-        kinds = (c("CalicoNodeStatus"),)
-    else:
-        raise KeyError(syncer_type)
-    return SyncerDefinition(syncer_type, kinds, _passthrough)
+    """The definition of ``syncer_type`` for a datastore in ``mode``.
+
+    ``calico_group`` is the API group KDD reads Calico resources from
+    (``projectcalico.org`` v3 objects, or ``crd.projectcalico.org`` v1 CRDs converted on the
+    way in); etcd mode always reads projectcalico.org/v3 objects.  ``use_pod_cidr`` is
+    Calico's ``USE_POD_CIDR`` (host-local IPAM: no IPAM blocks or affinities are watched and
+    the felix syncer synthesizes a block per node pod CIDR).
+    """
+    kinds = _kinds(syncer_type, mode, calico_group, use_pod_cidr)
+    prefix = _interface_prefix() if (syncer_type == "felix"
+                                     and mode is DatastoreMode.KDD) else None
+    static = default_allow_profile_kvs() if syncer_type == "felix" else ()
+    return SyncerDefinition(syncer_type, kinds,
+                            _Converter(syncer_type, mode, use_pod_cidr, prefix), static)
+
+
+__all__ = ["ConvertedKV", "DatastoreMode", "SyncerDefinition", "default_allow_profile_kvs",
+           "syncer_definition"]

@@ -1,0 +1,187 @@
+"""Workload and host endpoints → v1 ``WorkloadEndpointKey`` / ``HostEndpointKey`` values
+(``workloadendpointprocessor.go``, ``hostendpointprocessor.go``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from . import keys
+from .gojson import GoJSONError, dumps
+from .golang import parse_cidr_or_ip, parse_ip, parse_mac
+from .goschema import ROOTS
+from .gotypes import DSCP_VALUES, Uint8OrString, protocol_to_v1
+from .rules import LABEL_SERVICE_ACCOUNT, NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX
+
+log = logging.getLogger(__name__)
+
+_WEP = ROOTS["v1.WorkloadEndpoint"]
+_HEP = ROOTS["v1.HostEndpoint"]
+
+ANNOTATION_QOS_EGRESS_DSCP = "qos.projectcalico.org/dscp"
+
+
+def _extract_parts(name: str) -> list[str]:
+    """Split a WEP name on single dashes; ``--`` is an escaped dash."""
+    parts: list[str] = []
+    last = -1
+    i = 1
+    while i < len(name):
+        if name[i] == "-":
+            if i < len(name) - 1 and name[i + 1] == "-":
+                i += 2
+                continue
+            parts.append(name[last + 1:i].replace("--", "-"))
+            last = i
+        i += 1
+    parts.append(name[last + 1:].replace("--", "-"))
+    return parts
+
+
+def workload_endpoint_key(name: str, namespace: str) -> str | None:
+    """``ConvertWorkloadEndpointV3KeyToV1Key``: the v1 key from the v3 name
+    ``<node>-<orchestrator>-<workload>-<endpoint>`` (dashes in segments doubled); None if
+    the name does not split into four parts or the namespace is empty."""
+    if len(name) < 7:
+        return None
+    parts = _extract_parts(name)
+    if len(parts) != 4 or not namespace:
+        return None
+    try:
+        return keys.workload_endpoint_key(parts[0], parts[1], f"{namespace}/{parts[2]}",
+                                          parts[3])
+    except keys.KeyError_:
+        return None
+
+
+def workload_endpoint_kvs(wep: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """A v3 WorkloadEndpoint → its v1 KV; nothing when it has no IP networks (the
+    processor filters those) or does not convert (treated as deleted)."""
+    md = wep.get("metadata") or {}
+    key = workload_endpoint_key(md.get("name") or "", md.get("namespace") or "")
+    if key is None:
+        log.warning("workload endpoint %s has no valid v1 key", md.get("name"))
+        return []
+    try:
+        value = workload_endpoint_value(wep)
+    except (GoJSONError, ValueError) as e:
+        log.warning("workload endpoint %s does not convert (%s); treating as deleted", key, e)
+        return []
+    return [] if value is None else [(key, dumps(_WEP, value))]
+
+
+def workload_endpoint_value(wep: Mapping[str, Any]) -> dict[str, Any] | None:
+    md = wep.get("metadata") or {}
+    spec = wep.get("spec") or {}
+    ip_networks = spec.get("ipNetworks") or []
+    if not ip_networks:
+        return None
+    v4, v6 = [], []
+    for s in ip_networks:
+        n = parse_cidr_or_ip(s)
+        if n is None:
+            raise ValueError(f"invalid IP network {s!r}")
+        (v4 if n.version == 4 else v6).append(n)
+    nat4, nat6 = [], []
+    for nat in spec.get("ipNATs") or []:
+        internal = parse_ip(nat.get("internalIP") or "")
+        external = parse_ip(nat.get("externalIP") or "")
+        if internal is not None and external is not None:
+            (nat4 if len(internal) == 4 else nat6).append({"int_ip": internal,
+                                                           "ext_ip": external})
+    gw4 = _gateway(spec.get("ipv4Gateway") or "")
+    gw6 = _gateway(spec.get("ipv6Gateway") or "")
+    mac = None
+    if spec.get("mac"):
+        mac = parse_mac(spec["mac"])
+        if mac is None:
+            raise ValueError(f"invalid MAC {spec['mac']!r}")
+    ports = [{"name": p["name"], "protocol": protocol_to_v1(p.get("protocol")),
+              "port": p.get("port", 0)}
+             for p in spec.get("ports") or [] if p.get("name")]
+    labels = {k: v for k, v in (md.get("labels") or {}).items()
+              if not k.startswith((NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX))}
+    if spec.get("serviceAccountName"):
+        labels[LABEL_SERVICE_ACCOUNT] = spec["serviceAccountName"]
+    allowed = []
+    for prefix in spec.get("allowSpoofedSourcePrefixes") or []:
+        n = parse_cidr_or_ip(prefix)
+        if n is None:
+            raise ValueError(f"invalid allowSpoofedSourcePrefix {prefix!r}")
+        allowed.append(n)
+    return {
+        "state": "active",
+        "name": spec.get("interfaceName") or "",
+        "active_instance_id": "",
+        "mac": mac,
+        "profile_ids": spec.get("profiles"),
+        "ipv4_nets": v4 or None,
+        "ipv6_nets": v6 or None,
+        "ipv4_nat": nat4 or None,
+        "ipv6_nat": nat6 or None,
+        "labels": labels,
+        "ipv4_gateway": gw4,
+        "ipv6_gateway": gw6,
+        "ports": ports,
+        "generate_name": md.get("generateName") or "",
+        "allow_spoofed_source_ips": allowed or None,
+        "annotations": md.get("annotations"),
+        "qosControls": spec.get("qosControls"),
+    }
+
+
+def _gateway(s: str) -> bytes | None:
+    """The address part of ``cnet.ParseCIDROrIP`` (a CIDR keeps its host bits)."""
+    if not s:
+        return None
+    ip = parse_ip(s.partition("/")[0]) if "/" in s and parse_cidr_or_ip(s) else parse_ip(s)
+    if ip is None:
+        raise ValueError(f"invalid gateway {s!r}")
+    return ip
+
+
+def _qos_from_annotations(annotations: Mapping[str, str]) -> dict[str, Any] | None:
+    """``handleQoSControlsAnnotations``: only the DSCP annotation, when valid."""
+    s = annotations.get(ANNOTATION_QOS_EGRESS_DSCP)
+    if s is None:
+        return None
+    for name in DSCP_VALUES:
+        if name.lower() == s.lower():
+            dscp = Uint8OrString(None, name)
+            break
+    else:
+        dscp = Uint8OrString.parse(s) if s.isdigit() else Uint8OrString(None, s)
+    n = dscp.num_value()
+    if n is not None:
+        if n > 63:
+            log.warning("invalid DSCP annotation %r", s)
+            return None
+    elif dscp.str.strip().upper() not in DSCP_VALUES:
+        log.warning("invalid DSCP annotation %r", s)
+        return None
+    return {"dscp": dscp}
+
+
+def host_endpoint_kvs(hep: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """A v3 HostEndpoint → its v1 KV (key host = ``spec.node``, id = object name)."""
+    md = hep.get("metadata") or {}
+    spec = hep.get("spec") or {}
+    v4, v6 = [], []
+    for s in spec.get("expectedIPs") or []:
+        ip = parse_ip(s)
+        if ip is not None:
+            (v4 if len(ip) == 4 else v6).append(ip)
+    ports = [{"name": p.get("name", ""), "protocol": protocol_to_v1(p.get("protocol")),
+              "port": p.get("port", 0)} for p in spec.get("ports") or []]
+    value = {
+        "name": spec.get("interfaceName") or "",
+        "expected_ipv4_addrs": v4 or None,
+        "expected_ipv6_addrs": v6 or None,
+        "labels": md.get("labels"),
+        "profile_ids": spec.get("profiles"),
+        "ports": ports,
+        "qosControls": _qos_from_annotations(md.get("annotations") or {}),
+    }
+    key = keys.host_endpoint_key(spec.get("node") or "", md.get("name") or "")
+    return [(key, dumps(_HEP, value))]
