@@ -49,4 +49,21 @@ def test_conversion_error_treated_as_absent() -> None:
 
 def test_static_keys() -> None:
     [u] = SourceTracker(DEF).static_updates()
-    assert (u.key, u.value, u.update_type) == ("/static", b"s", UpdateType.NEW)
+    assert (u.key, u.value, u.revision, u.update_type) == ("/static", b"s", "1", UpdateType.NEW)
+
+
+def test_profile_revisions_follow_calico() -> None:
+    from trio_typha.model import kinds as K
+    from trio_typha.model.syncers import DatastoreMode, syncer_definition
+    t = SourceTracker(syncer_definition("felix", DatastoreMode.KDD))
+    ns = {"apiVersion": "v1", "kind": "Namespace",
+          "metadata": {"name": "prod", "uid": "11111111-2222-3333-4444-555555555555",
+                       "resourceVersion": "42", "creationTimestamp": "2024-01-01T00:00:00Z"}}
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount",
+          "metadata": {"name": "default", "namespace": "prod", "resourceVersion": "43",
+                       "uid": "11111111-2222-3333-4444-666666666666",
+                       "creationTimestamp": "2024-01-01T00:00:00Z"}}
+    ns_updates = t.apply(ResourceEvent(K.NAMESPACE, "", "prod", ns, "42"))
+    sa_updates = t.apply(ResourceEvent(K.SERVICE_ACCOUNT, "prod", "default", sa, "43"))
+    assert ns_updates and {u.revision for u in ns_updates} == {"42/"}
+    assert sa_updates and {u.revision for u in sa_updates} == {"/43"}

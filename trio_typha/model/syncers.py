@@ -55,6 +55,20 @@ class SyncerDefinition:
     kinds: tuple[ResourceKind, ...]
     convert: Callable[[ResourceKind, Mapping[str, Any]], list[ConvertedKV]]
     static_kvs: tuple[ConvertedKV, ...] = ()
+    #: Revision of the static KVs: Calico's in-memory default-allow profile is revision "1".
+    static_revision: str = "1"
+
+    def source_revision(self, kind: ResourceKind, revision: str) -> str:
+        """The Revision Typha sends for KVs derived from an object at ``revision``.
+
+        KDD profiles combine a namespace's and a service account's versions into one
+        revision string, ``"<nsRV>/"`` for ``kns.*`` and ``"/<saRV>"`` for ``ksa.*``.
+        """
+        if kind == K.NAMESPACE:
+            return f"{revision}/"
+        if kind == K.SERVICE_ACCOUNT:
+            return f"/{revision}"
+        return revision
 
 
 DEFAULT_ALLOW_PROFILE_NAME = "projectcalico-default-allow"

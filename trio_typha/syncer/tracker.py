@@ -35,7 +35,8 @@ class SourceTracker:
 
     def static_updates(self) -> list[SerializedUpdate]:
         """Keys that exist whatever the datastore holds (the default-allow profile)."""
-        return [SerializedUpdate(kv.key, kv.value, "", kv.v3_resource_version,
+        return [SerializedUpdate(kv.key, kv.value, self.definition.static_revision,
+                                 kv.v3_resource_version,
                                  update_type=UpdateType.NEW)
                 for kv in self.definition.static_kvs]
 
@@ -54,13 +55,14 @@ class SourceTracker:
                 converted = []
             for kv in converted:
                 new[kv.key] = kv
+        revision = self.definition.source_revision(event.kind, event.revision)
         updates = [
-            SerializedUpdate(key, kv.value, event.revision, kv.v3_resource_version,
+            SerializedUpdate(key, kv.value, revision, kv.v3_resource_version,
                              update_type=UpdateType.UPDATED if key in old else UpdateType.NEW)
             for key, kv in new.items()
         ]
         updates.extend(
-            SerializedUpdate(key, None, event.revision, update_type=UpdateType.DELETED)
+            SerializedUpdate(key, None, revision, update_type=UpdateType.DELETED)
             for key in old if key not in new
         )
         if new:
