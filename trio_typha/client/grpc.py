@@ -66,6 +66,8 @@ async def open_stream(host: str, port: int, *, ssl_context: ssl.SSLContext | Non
     sock = await trio.open_tcp_stream(host, port)
     if ssl_context is None:
         return sock
+    # gRPC over TLS negotiates HTTP/2 by ALPN (the server also tells it by the preface).
+    ssl_context.set_alpn_protocols(["h2"])
     tls = trio.SSLStream(sock, ssl_context, server_hostname=server_hostname or host)
     await tls.do_handshake()
     return tls
