@@ -422,3 +422,31 @@ async def test_go_client_rejected_without_reply(gobtool: Path, args: list[str]) 
         nursery.cancel_scope.cancel()
     assert summary["event"] == "error"
     assert summary["error"] == "decode: EOF" and summary.get("server_hello") is None
+
+
+# --- a Go client against the whole daemon (memory datastore, byte-exact model, both
+# protocols on one port)
+
+
+@pytest.mark.parametrize("syncer", SYNCER_TYPES)
+async def test_go_client_against_the_daemon(gobtool: Path, syncer: str) -> None:
+    from trio_typha.config import load_config
+    from trio_typha.daemon import Daemon
+    from trio_typha.datastore.memory import MemoryStore
+    from trio_typha.datastore.synthetic import generate
+
+    store = MemoryStore()
+    store.put_all(generate("tiny"))
+    cfg = load_config({}, config_file=None,
+                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        with trio.fail_after(10):
+            await daemon.wait_in_sync()
+        summary = await run_go_client(gobtool, daemon.ports["server"], "-syncer", syncer)
+        expected = daemon.pipelines[syncer].feed.cache.values_by_key()
+        daemon.shutdown()
+    assert summary["event"] == "done", summary
+    assert summary["statuses"] == [2] and summary["snapshot_sorted"]
+    assert summary["kvs"] == len(expected) > 0
+    assert summary["digest"] == digest(expected)
