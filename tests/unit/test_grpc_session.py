@@ -166,7 +166,7 @@ def test_fall_behind_is_tolerated_during_grace_then_dropped():
     with pytest.raises(GrpcError) as info:
         s.check_fall_behind(old, newest, 301)
     assert info.value.code is StatusCode.UNAVAILABLE
-    assert "400.0s behind" in info.value.message
+    assert "fell behind by 400.0s" in info.value.message
 
 
 # --- encode once --------------------------------------------------------------------------

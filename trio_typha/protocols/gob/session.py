@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ...cache.core import Breadcrumb
 from ...model.kv import SyncStatus
 from ...server.context import ServerSettings
+from ...server.lag import Lag, LagPolicy
 from . import shared, snappy
 from .codec import NEED_DATA, Decoder, GobError
 from .gotime import GoTime
@@ -116,9 +117,8 @@ class ServerSession:
         self.syncer_type = ""
         self.compressed = False
         self.close_reason: str | None = None
-        self.snapshot_sent_at: float | None = None
+        self.lag = LagPolicy(self.settings)
         self.next_ping_at = math.inf
-        self.grace_used = False
         self.pongs = 0
         self.last_rtt: float | None = None
         self._last_status = SyncStatus.WAIT_FOR_DATASTORE
@@ -206,7 +206,7 @@ class ServerSession:
         """The snapshot has been handed to the socket in full."""
         if self.phase is not Phase.SNAPSHOT:
             raise RuntimeError(f"snapshot_sent in phase {self.phase.name}")
-        self.snapshot_sent_at = now
+        self.lag.snapshot_sent(now)
         if not self.compressed:
             return self._start_streaming(now, [])
         if self._early_ack:
@@ -254,16 +254,12 @@ class ServerSession:
 
     def check_lag(self, age: float, now: float) -> list[Action]:
         """The client is processing a breadcrumb ``age`` seconds older than the newest."""
-        if age <= self.settings.max_fall_behind:
-            return []
-        started = self.snapshot_sent_at if self.snapshot_sent_at is not None else now
-        if now > started + self.settings.new_client_fall_behind_grace:
-            return [self._close(f"client fell behind by {age:.1f}s (limit "
-                                f"{self.settings.max_fall_behind}s)")]
-        if self.grace_used:
-            return []
-        self.grace_used = True
-        return [GraceUsed(age)]
+        verdict = self.lag.check(age, now)
+        if verdict is Lag.DROP:
+            return [self._close(self.lag.drop_reason(age))]
+        if verdict is Lag.GRACE_FIRST:
+            return [GraceUsed(age)]
+        return []
 
     def ping_due(self, now: float) -> bool:
         return self.phase is Phase.STREAMING and now >= self.next_ping_at

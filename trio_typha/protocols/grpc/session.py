@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ...cache import Breadcrumb
 from ...model.kv import SYNCER_TYPES, SyncStatus
 from ...server.context import ServerSettings
+from ...server.lag import Lag, LagPolicy
 from . import messages
 from .status import GrpcError, StatusCode
 
@@ -52,7 +53,7 @@ class SyncSession:
         self.last_pong_at = 0.0
         self.next_ping_at = float("inf")
         self.last_rtt: float | None = None
-        self.grace_used = False
+        self.lag = LagPolicy(self.settings)
         self._ping_id = 0
         self._pings_in_flight: dict[int, float] = {}  # id -> sent at; bounded by pong timeout
 
@@ -102,6 +103,7 @@ class SyncSession:
         self.phase = Phase.LIVE
         self.last_status_sent = status
         self.live_since = self.last_pong_at = now
+        self.lag.snapshot_sent(now)
         self.next_ping_at = now + self._ping_gap()
 
     def messages_for(self, crumb: Breadcrumb) -> list[bytes]:
@@ -149,12 +151,7 @@ class SyncSession:
         first time that grace is used (for a log line).
         """
         age = latest.timestamp - crumb.timestamp
-        if age <= self.settings.max_fall_behind:
-            return False
-        if now <= self.live_since + self.settings.new_client_fall_behind_grace:
-            first = not self.grace_used
-            self.grace_used = True
-            return first
-        raise GrpcError(StatusCode.UNAVAILABLE,
-                        f"client fell {age:.1f}s behind the datastore "
-                        f"(max {self.settings.max_fall_behind:g}s)")
+        verdict = self.lag.check(age, now)
+        if verdict is Lag.DROP:
+            raise GrpcError(StatusCode.UNAVAILABLE, self.lag.drop_reason(age))
+        return verdict is Lag.GRACE_FIRST
