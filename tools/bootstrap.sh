@@ -24,10 +24,13 @@ bootstrap_env() {
     echo "== creating .venv" >&2
     python3 -m venv .venv
   fi
-  .venv/bin/python -m pip install -q --upgrade pip >&2
-  if [ "$want" = test ]; then
-    .venv/bin/python -m pip install -q -e '.[test]' >&2
-  else
-    .venv/bin/python -m pip install -q -e . >&2
+  local spec=.
+  [ "$want" = test ] && spec='.[test]'
+  # pip's and setuptools' chatter goes to a log, shown only if the install fails.
+  if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q -e "$spec"; } >.venv/pip-install.log 2>&1; then
+    cat .venv/pip-install.log >&2
+    echo "pip install failed (log: .venv/pip-install.log)" >&2
+    return 1
   fi
 }
