@@ -99,6 +99,7 @@ class Daemon:
             store = MemoryStore()
             load_memory_contents(store, cfg)
         self.store = store
+        self._owns_datastore = datastore is None
         if datastore is not None:
             self.datastore = datastore
             self._definition_args = {
@@ -194,6 +195,10 @@ class Daemon:
             await self._shutdown.wait()
             await self._drain()
             nursery.cancel_scope.cancel()
+        aclose = getattr(self.datastore, "aclose", None)
+        if self._owns_datastore and aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
         log.info("Server has shut down.")
 
     async def _serve_sync(self, *, task_status: trio.TaskStatus[None]) -> None:

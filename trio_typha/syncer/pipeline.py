@@ -8,6 +8,7 @@ instead of buffering without bound.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -41,7 +42,8 @@ class SyncerPipeline:
 
     def __init__(self, definition: SyncerDefinition, datastore: Datastore, feed: CacheFeed, *,
                  validator: Validator = _no_validation, metrics: Metrics | None = None,
-                 channel_size: int = 1000, drain_limit: int = 10000) -> None:
+                 channel_size: int = 1000, drain_limit: int = 10000,
+                 resync_batch_window: float = 0.05) -> None:
         self.definition = definition
         self.syncer_type = definition.syncer_type
         self.datastore = datastore
@@ -51,6 +53,7 @@ class SyncerPipeline:
         self.metrics = metrics
         self.channel_size = channel_size
         self.drain_limit = drain_limit
+        self.resync_batch_window = resync_batch_window
         self.pending_kinds: set[ResourceKind] = set(definition.kinds)
         self.failing: dict[ResourceKind | None, str] = {}
 
@@ -70,7 +73,14 @@ class SyncerPipeline:
     async def _consume(self, recv: trio.MemoryReceiveChannel[DatastoreEvent]) -> None:
         async for first in recv:
             batch = [first]
-            # Drain whatever is already queued so a burst becomes few, full breadcrumbs.
+            if self.feed.status is not SyncStatus.IN_SYNC:
+                # The initial list arrives as a stream of single events: gather them for a
+                # moment so they make few, full breadcrumbs (nobody waits on latency yet).
+                with trio.move_on_after(self.resync_batch_window), \
+                        contextlib.suppress(trio.EndOfChannel):
+                    while len(batch) < self.drain_limit:
+                        batch.append(await recv.receive())
+            # Then drain whatever is already queued, without waiting.
             while len(batch) < self.drain_limit:
                 try:
                     batch.append(recv.receive_nowait())
