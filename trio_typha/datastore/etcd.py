@@ -13,9 +13,11 @@ endpoint at a time:
 One watch covers the whole key span of the pipeline's kinds rather than one per kind: over
 HTTP/1.1 each watch costs a connection, a single stream gives one revision sequence to
 resume from after a reconnect, and events for other kinds inside the span are dropped by
-key before any decoding.  A failed session is reported once as ``Connection(ok=False)``,
-retried with exponential backoff and jitter on the next endpoint; ``Connection(ok=True)``
-is sent once a watch is running again (and when the first one starts).
+key before any decoding.  (With IPAM kinds the span starts under ``/calico/ipam/``, so it
+also carries IPAM handle churn, dropped the same way.)  A failed session is reported once
+as ``Connection(ok=False)``, retried with exponential backoff and jitter on the next
+endpoint; ``Connection(ok=True)`` is sent once a watch is running again (and when the
+first one starts).
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ class EtcdDatastore:
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """List then watch ``kinds`` forever (see the module docstring).
 
-        Raises ValueError at once for kinds that etcd mode does not keep under
-        ``/calico/resources/v3/projectcalico.org/``.
+        Raises ValueError at once for kinds that etcd mode does not store (see
+        :mod:`.etcd_layout`: v3 resources, and IPAM blocks and affinities at v1 paths).
         """
         watcher = _Watcher(self, EtcdSyncState(kinds), send)
         task_status.started()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from ..model.kinds import ResourceKind
 from .base import DatastoreEvent, KindSynced, ResourceEvent
 from .etcd_gateway import Header, KeyValue, WatchResponse
-from .etcd_layout import KeyParser, decode_resource
+from .etcd_layout import KeyParser, decode_value
 from .known import KnownObjects
 
 log = logging.getLogger(__name__)
@@ -76,12 +76,13 @@ class EtcdSyncState:
                 continue
             _, ns, name = parsed
             try:
-                obj = decode_resource(kind, kv.value)
+                obj = decode_value(kind, name, kv.value)
             except ValueError as exc:
                 log.warning("Skipping etcd key %s: %s", kv.key.decode(errors="replace"), exc)
                 continue
             items.append((ns, name, obj, str(kv.mod_revision)))
-        events: list[DatastoreEvent] = list(self._known[kind].relist(items, str(header.revision)))
+        # Deletions a relist implies carry no revision, as Calico's watcher cache sends them.
+        events: list[DatastoreEvent] = list(self._known[kind].relist(items, ""))
         if kind not in self._synced:
             self._synced.add(kind)
             events.append(KindSynced(kind))
@@ -107,10 +108,12 @@ class EtcdSyncState:
             known = self._known[kind]
             rev = str(ev.kv.mod_revision)
             if ev.deleted:
-                got = known.delete(ns, name, rev)
+                # Calico reports a deletion with the deleted entry's last revision (the
+                # watch's previous KV), which is the one we sent it at.
+                got = known.delete(ns, name, known.revision(ns, name) or rev)
             else:
                 try:
-                    got = known.upsert(ns, name, decode_resource(kind, ev.kv.value), rev)
+                    got = known.upsert(ns, name, decode_value(kind, name, ev.kv.value), rev)
                 except ValueError as exc:
                     # A relist would leave this key out, so treat it the same way here: the
                     # pipeline's view must not depend on how we learned about the key.

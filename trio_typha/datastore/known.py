@@ -29,6 +29,10 @@ class KnownObjects:
     def __contains__(self, key: ObjectKey) -> bool:
         return key in self._revisions
 
+    def revision(self, namespace: str, name: str) -> str | None:
+        """The revision an object was last sent at; None if it was not sent."""
+        return self._revisions.get((namespace, name))
+
     def upsert(self, namespace: str, name: str, obj: Mapping[str, Any],
                revision: str) -> ResourceEvent | None:
         """An object was listed or watched; None if it was already sent at this revision."""

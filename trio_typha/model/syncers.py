@@ -26,7 +26,7 @@ from . import kinds as K
 from .config import config_kvs
 from .crd import crd_to_v3
 from .endpoints import host_endpoint_kvs, workload_endpoint_kvs
-from .ipam import block_affinity_kvs, ip_pool_kvs, ipam_block_kvs
+from .ipam import block_affinity_kvs, etcd_v1_kvs, ip_pool_kvs, ipam_block_kvs, is_etcd_v1_object
 from .kinds import ResourceKind
 from .netsets import global_network_set_kvs, network_set_kvs
 from .nodes import felix_node_kvs
@@ -85,6 +85,10 @@ _FELIX_CALICO = ("ClusterInformation", "FelixConfiguration", "GlobalNetworkPolic
 _KDD_FROM_KUBERNETES = frozenset({"Node", "Profile", "WorkloadEndpoint", "LiveMigration"})
 _BGP_CALICO = ("IPPool", "BGPConfiguration", "Node", "BGPPeer", "BGPFilter")
 _TUNNEL_CALICO = ("IPPool", "Node")
+
+# Kinds etcd stores as the v1 model at v1 keys (``model.ipam.etcd_v1_object``); their v3
+# form (seed files, tests) still converts like any v3 object.
+_ETCD_V1_LAYOUT = frozenset({"IPAMBlock", "BlockAffinity"})
 
 # Kinds whose v3 object goes out as it is.
 _PASSTHROUGH = frozenset({"BGPConfiguration", "BGPPeer", "BGPFilter", "CalicoNodeStatus",
@@ -147,6 +151,12 @@ class _Converter:
     def _convert(self, kind: ResourceKind, obj: Mapping[str, Any]
                  ) -> list[tuple[str, bytes, str]]:
         if kind.group in (K.CALICO_V3_GROUP, K.CALICO_CRD_GROUP):
+            if (self.mode is DatastoreMode.ETCD and kind.kind in _ETCD_V1_LAYOUT
+                    and is_etcd_v1_object(obj)):
+                # Blocks and affinities as etcd stores them: the v1 key and value.
+                if kind.kind == "IPAMBlock" and self.syncer_type != "felix":
+                    return []
+                return _no_rv(etcd_v1_kvs(kind.kind, obj))
             if kind.group == K.CALICO_CRD_GROUP:
                 key_name, v3 = crd_to_v3(kind.kind, obj)
             else:
@@ -266,7 +276,8 @@ def syncer_definition(syncer_type: str, mode: DatastoreMode = DatastoreMode.KDD,
 
     ``calico_group`` is the API group KDD reads Calico resources from
     (``projectcalico.org`` v3 objects, or ``crd.projectcalico.org`` v1 CRDs converted on the
-    way in); etcd mode always reads projectcalico.org/v3 objects.  ``use_pod_cidr`` is
+    way in); etcd mode always reads projectcalico.org/v3 objects, except IPAM blocks and
+    affinities, which arrive as ``model.ipam.etcd_v1_object`` objects.  ``use_pod_cidr`` is
     Calico's ``USE_POD_CIDR`` (host-local IPAM: no IPAM blocks or affinities are watched and
     the felix syncer synthesizes a block per node pod CIDR).
     """
