@@ -37,13 +37,13 @@ class KindReflector:
         """A complete list arrived: the differences from what was sent, then KindSynced once."""
         rows = [(*self._identify(obj), self.complete(obj)) for obj in items]
         events: list[DatastoreEvent] = list(self.known.relist(
-            ((ns, name, obj, rev) for ns, name, rev, obj in rows), list_rv))
+            ((ns, name, obj, rev) for ns, name, rev, obj in rows), ""))
         self.resume_rv = list_rv or None
         return events + self._mark_synced()
 
     def absent(self) -> list[DatastoreEvent]:
         """The kind is not served (its CRD is not installed): it is synced, and empty."""
-        events: list[DatastoreEvent] = list(self.known.relist((), self.resume_rv or ""))
+        events: list[DatastoreEvent] = list(self.known.relist((), ""))
         self.resume_rv = None
         return events + self._mark_synced()
 

@@ -52,7 +52,8 @@ class KnownObjects:
                revision: str) -> list[ResourceEvent]:
         """Reconcile with a complete fresh list of ``(namespace, name, obj, revision)``.
 
-        ``revision`` is the list's own revision, used for the deletions it implies.
+        ``revision`` goes on the deletions the list implies; Calico's watcher cache sends
+        those with an empty revision, so callers pass ``""``.
         """
         events: list[ResourceEvent] = []
         seen: set[ObjectKey] = set()

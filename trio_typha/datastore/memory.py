@@ -168,7 +168,7 @@ class MemoryDatastore:
         # and the log replay that follows must start exactly at this revision.
         revision = self.store.revision
         events = {kind: k.relist([(ns, name, obj, obj["metadata"]["resourceVersion"])
-                                  for ns, name, obj in self.store.list(kind)], str(revision))
+                                  for ns, name, obj in self.store.list(kind)], "")
                   for kind, k in known.items()}
         for kind, evs in events.items():
             for ev in evs:
