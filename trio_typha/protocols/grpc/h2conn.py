@@ -411,7 +411,16 @@ class H2Core:
                         continue
                     head = s.chunks[0]
                     if len(head) <= n:
+                        # Whole messages: as many as fit go out in one DATA frame, so a
+                        # client catching up costs one h2 frame, not one per message.
                         piece = s.chunks.popleft()
+                        if s.chunks and len(piece) + len(s.chunks[0]) <= n:
+                            parts = [piece]
+                            size = len(piece)
+                            while s.chunks and size + len(s.chunks[0]) <= n:
+                                parts.append(s.chunks.popleft())
+                                size += len(parts[-1])
+                            piece = memoryview(b"".join(parts))
                         s.head_started = False
                     else:
                         piece = head[:n]
