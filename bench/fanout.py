@@ -6,6 +6,10 @@ The server (the real daemon, memory datastore) runs in this process so its CPU t
 RSS are this process's; clients run in separate processes.  Reports: time until every client
 is in sync, server CPU seconds (total and during the churn), peak RSS, and the p50/p99 delay
 from the datastore write (which stamps the pod with the wall clock) to client receipt.
+
+Typha-protocol clients are Go by default (``gobtool fleet`` from tests/gotools: encoding/gob
+and snappy in goroutines, the shape of calico-node's client); ``--client-impl python`` runs
+trio_typha's own client instead (bench/typha_clients.py).  gRPC clients are grpcio.
 """
 
 from __future__ import annotations
@@ -28,13 +32,27 @@ from trio_typha.datastore.churn import Churn  # noqa: E402
 from trio_typha.datastore.memory import MemoryStore  # noqa: E402
 from trio_typha.datastore.synthetic import generate  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 
-def client_command(protocol: str, port: int, n: int, syncer: str) -> list[str]:
-    here = os.path.dirname(os.path.abspath(__file__))
+
+def build_gobtool() -> str:
+    """Build the Go fleet (tests/gotools) and return the binary's path."""
+    script = os.path.join(HERE, os.pardir, "tests", "gotools", "build.sh")
+    done = subprocess.run(["bash", script], check=True, stdout=subprocess.PIPE, text=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def client_command(protocol: str, impl: str, port: int, n: int, syncer: str,
+                   gobtool: str | None = None) -> list[str]:
+    """One client process's command line; every kind prints the same JSON lines."""
     if protocol == "grpc":
-        return [sys.executable, os.path.join(here, "grpc_clients.py"),
+        return [sys.executable, os.path.join(HERE, "grpc_clients.py"),
                 "--target", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer]
-    return [sys.executable, os.path.join(here, "typha_clients.py"),
+    if impl == "go":
+        assert gobtool is not None
+        return [gobtool, "fleet", "-addr", f"127.0.0.1:{port}", "-n", str(n),
+                "-syncer", syncer]
+    return [sys.executable, os.path.join(HERE, "typha_clients.py"),
             "--port", str(port), "--n", str(n), "--syncer", syncer]
 
 
@@ -58,7 +76,8 @@ async def run(args: argparse.Namespace) -> dict:
         "DatastoreType": "memory", "ServerHost": "127.0.0.1",
         "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
         "ServerPingIntervalSecs": "10"})
-    result: dict = {"bench": "fanout", "protocol": args.protocol, "clients": args.clients,
+    result: dict = {"bench": "fanout", "protocol": args.protocol,
+                    "client_impl": args.client_impl, "clients": args.clients,
                     "cluster": args.cluster, "objects": objects, "rate": args.rate,
                     "churn_seconds": args.seconds, "store_load_s": round(load_s, 2)}
     async with trio.open_nursery() as nursery:
@@ -71,8 +90,10 @@ async def run(args: argparse.Namespace) -> dict:
         cpu0 = cpu_seconds()
         per_proc = [args.clients // args.procs + (i < args.clients % args.procs)
                     for i in range(args.procs)]
-        procs = [subprocess.Popen(client_command(args.protocol, port, n, args.syncer),  # noqa: ASYNC220
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs = [subprocess.Popen(  # noqa: ASYNC220
+                     client_command(args.protocol, args.client_impl, port, n, args.syncer,
+                                    args.gobtool),
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                  for n in per_proc if n]
         t_start = trio.current_time()
         in_sync = [json.loads(await trio.to_thread.run_sync(p.stdout.readline))
@@ -109,6 +130,8 @@ async def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--protocol", choices=("grpc", "typha"), default="grpc")
+    p.add_argument("--client-impl", choices=("go", "python"), default=None,
+                   help="typha protocol clients: go (gobtool fleet, default) or python")
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--cluster", default="medium")
@@ -118,7 +141,15 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--snapshot-reuse", type=float, default=1.0,
                    help="SnapshotReuseAgeSecs for the server")
-    report(trio.run(run, p.parse_args()))
+    args = p.parse_args()
+    if args.protocol == "grpc":
+        if args.client_impl is not None:
+            p.error("--client-impl applies to --protocol typha only (gRPC clients are grpcio)")
+        args.client_impl = "grpcio"
+    elif args.client_impl is None:
+        args.client_impl = "go"
+    args.gobtool = build_gobtool() if args.client_impl == "go" else None
+    report(trio.run(run, args))
 
 
 if __name__ == "__main__":

@@ -2,17 +2,14 @@ package main
 
 import (
 	"crypto/sha256"
-	"encoding/gob"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"net"
 	"os"
 	"sort"
 	"time"
 
-	"github.com/golang/snappy"
 	sp "triotypha.test/gotools/syncproto"
 )
 
@@ -35,9 +32,7 @@ type clientSummary struct {
 	Error            string           `json:"error,omitempty"`
 }
 
-// runClient connects like Typha's Go client: plain gob encoder and decoder on the raw
-// connection (gob adds its own 4 KiB read buffer), and on MsgDecoderRestart a new decoder
-// built on the raw connection, never carrying over bytes the old one buffered.
+// runClient connects one client (see session) and prints a summary of everything it received.
 func runClient(args []string) int {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
 	addr := fs.String("addr", "", "server address host:port")
@@ -66,56 +61,18 @@ func runClient(args []string) int {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(*timeout))
-	enc := gob.NewEncoder(conn)
-	dec := gob.NewDecoder(conn)
-	hello := sp.MsgClientHello{Hostname: *hostname, Info: "gobtool", Version: "gobtool", SyncerType: sp.SyncerType(*syncer),
-		SupportsModernPolicyKeys: !*noModern, ClientConnID: 0x4242000000000001}
-	if !*legacy {
-		hello.SupportsDecoderRestart = true
-		hello.SupportedCompressionAlgorithms = []sp.CompressionAlgorithm{"snappy"}
-	}
-	if err := enc.Encode(&sp.Envelope{Message: hello}); err != nil {
-		return fail(err)
-	}
+	hello := helloOptions{Syncer: *syncer, Hostname: *hostname, Legacy: *legacy,
+		NoModernKeys: *noModern, ConnID: 0x4242000000000001}
 
 	kvs := map[string][]byte{}
 	inSync := false
 	lastKey := ""
-	first := true
-	for {
-		var env sp.Envelope
-		if err := dec.Decode(&env); err != nil {
-			return fail(fmt.Errorf("decode: %w", err))
-		}
-		if first {
-			if _, ok := env.Message.(sp.MsgServerHello); !ok {
-				return fail(fmt.Errorf("first message was %T, not MsgServerHello", env.Message))
-			}
-			first = false
-		}
-		switch m := env.Message.(type) {
+	err = session(conn, hello, 0, func(msg any) (bool, error) {
+		switch m := msg.(type) {
 		case sp.MsgServerHello:
-			if sum.ServerHello != nil {
-				return fail(fmt.Errorf("second MsgServerHello"))
-			}
 			sum.ServerHello = describe(m)
-			if !m.SupportsNodeResourceUpdates {
-				return fail(fmt.Errorf("server does not support node resource updates"))
-			}
 		case sp.MsgDecoderRestart:
-			if *legacy {
-				return fail(fmt.Errorf("restart sent to a legacy client"))
-			}
 			sum.Restarts = append(sum.Restarts, describe(m))
-			switch m.CompressionAlgorithm {
-			case "snappy":
-				dec = gob.NewDecoder(snappy.NewReader(conn))
-			case "":
-				dec = gob.NewDecoder(conn)
-			}
-			if err := enc.Encode(&sp.Envelope{Message: sp.MsgACK{}}); err != nil {
-				return fail(err)
-			}
 		case sp.MsgKVs:
 			for _, u := range m.KVs {
 				if u.Value == nil {
@@ -145,19 +102,17 @@ func runClient(args []string) int {
 			}
 		case sp.MsgSyncStatus:
 			sum.Statuses = append(sum.Statuses, int(m.SyncStatus))
-			if m.SyncStatus == 2 && !inSync {
+			if m.SyncStatus == statusInSync && !inSync {
 				inSync = true
 				_ = out.Encode(map[string]any{"event": "in-sync", "kvs": len(kvs)})
 			}
 		case sp.MsgPing:
 			sum.Pings++
-			if err := enc.Encode(&sp.Envelope{Message: sp.MsgPong{PingTimestamp: m.Timestamp}}); err != nil {
-				return fail(err)
-			}
 		}
-		if inSync && sum.Deltas >= *expectDeltas && sum.Pings >= *expectPings {
-			break
-		}
+		return inSync && sum.Deltas >= *expectDeltas && sum.Pings >= *expectPings, nil
+	})
+	if err != nil {
+		return fail(err)
 	}
 	sum.KVs = len(kvs)
 	sum.Digest = digest(kvs)

@@ -6,6 +6,7 @@
 //	gobtool vectors DIR          write reference byte streams and a manifest.json to DIR
 //	gobtool decode [-snappy] F   decode a stream of Envelopes from file F, one JSON line each
 //	gobtool client -addr A ...   act as a Typha client against a running server (see client.go)
+//	gobtool fleet -addr A -n N   N concurrent clients for the fan-out benchmark (see fleet.go)
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gobtool vectors DIR | decode [-snappy] FILE | client -addr HOST:PORT [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gobtool vectors DIR | decode [-snappy] FILE | client -addr HOST:PORT [flags] | fleet -addr HOST:PORT -n N [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -30,6 +31,8 @@ func main() {
 		err = decodeFile(os.Args[2:])
 	case "client":
 		os.Exit(runClient(os.Args[2:]))
+	case "fleet":
+		os.Exit(runFleet(os.Args[2:]))
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}

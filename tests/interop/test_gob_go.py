@@ -450,3 +450,50 @@ async def test_go_client_against_the_daemon(gobtool: Path, syncer: str) -> None:
     assert summary["statuses"] == [2] and summary["snapshot_sorted"]
     assert summary["kvs"] == len(expected) > 0
     assert summary["digest"] == digest(expected)
+
+
+
+async def read_json_line(stream: trio.abc.ReceiveStream, buf: bytearray) -> dict[str, Any]:
+    while b"\n" not in buf:
+        chunk = await stream.receive_some()
+        assert chunk, f"stream ended before a line: {bytes(buf)!r}"
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return json.loads(line)
+
+
+async def test_go_fleet_against_the_daemon(gobtool: Path) -> None:
+    # The benchmark's client fleet (bench/fanout.py --client-impl go): five connections in
+    # one process, an in_sync line once all are in sync, a done line when stdin closes.
+    from trio_typha.config import load_config
+    from trio_typha.daemon import Daemon
+    from trio_typha.datastore.memory import MemoryStore
+    from trio_typha.datastore.synthetic import generate
+
+    store = MemoryStore()
+    store.put_all(generate("tiny"))
+    cfg = load_config({}, config_file=None,
+                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        with trio.fail_after(10):
+            await daemon.wait_in_sync()
+        keys = len(daemon.pipelines["felix"].feed.cache)
+        cmd = [str(gobtool), "fleet", "-addr", f"127.0.0.1:{daemon.ports['server']}", "-n", "5"]
+        buf = bytearray()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as fleet:
+                proc = await fleet.start(functools.partial(
+                    trio.run_process, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    check=False))
+                in_sync = await read_json_line(proc.stdout, buf)
+                assert len(daemon.ctx.sessions) == 5
+                await proc.stdin.aclose()
+                done = await read_json_line(proc.stdout, buf)
+        daemon.shutdown()
+    assert proc.returncode == 0
+    assert in_sync["event"] == "in_sync" and in_sync["errors"] == []
+    assert in_sync["seconds"] > 0
+    assert done["event"] == "done" and done["errors"] == [] and done["delays"] == []
+    assert keys > 0 and done["updates"] >= 5 * keys
