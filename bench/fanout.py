@@ -75,8 +75,10 @@ async def run(args: argparse.Namespace) -> dict:
     cfg = load_config({}, overrides={
         "DatastoreType": "memory", "ServerHost": "127.0.0.1",
         "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
+        "CacheWakeIntervalSecs": str(args.wake_interval),
         "ServerPingIntervalSecs": "10"})
-    result: dict = {"bench": "fanout", "protocol": args.protocol,
+    result: dict = {"bench": "fanout", "wake_interval": args.wake_interval,
+                    "protocol": args.protocol,
                     "client_impl": args.client_impl, "clients": args.clients,
                     "cluster": args.cluster, "objects": objects, "rate": args.rate,
                     "churn_seconds": args.seconds, "store_load_s": round(load_s, 2)}
@@ -101,6 +103,8 @@ async def run(args: argparse.Namespace) -> dict:
         result["all_in_sync_s"] = round(trio.current_time() - t_start, 2)
         result["snapshot_cpu_s"] = round(cpu_seconds() - cpu0, 2)
         result["client_errors"] = [e for r in in_sync for e in r.get("errors", [])]
+        result["clients_not_in_sync"] = sum(r.get("not_in_sync", 0) for r in in_sync)
+        result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
         cpu1 = cpu_seconds()
         churn = Churn(store, args.rate, policy_fraction=0.0)
         with trio.move_on_after(args.seconds):
@@ -139,6 +143,8 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--wake-interval", type=float, default=0.0,
+                   help="CacheWakeIntervalSecs for the server (0: wake clients per update)")
     p.add_argument("--snapshot-reuse", type=float, default=1.0,
                    help="SnapshotReuseAgeSecs for the server")
     args = p.parse_args()

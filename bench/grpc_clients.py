@@ -30,6 +30,7 @@ class Client:
         self.keys = 0
         self.updates = 0
         self.error: str | None = None
+        self.last: str = ""  # what it last received, to tell where a stuck client stopped
 
     async def run(self, stop: asyncio.Event) -> None:
         opts = [("grpc.use_local_subchannel_pool", 1),
@@ -45,6 +46,7 @@ class Client:
             try:
                 async for msg in call:
                     which = msg.WhichOneof("msg")
+                    self.last = which
                     if which == "update":
                         now = time.time_ns()
                         self.updates += len(msg.update.kvs)
@@ -76,14 +78,20 @@ async def main() -> None:
     p.add_argument("--target", required=True)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--syncer", default="felix")
+    p.add_argument("--sync-timeout", type=float, default=180.0,
+                   help="give up waiting for stragglers after this long (they are reported)")
     args = p.parse_args()
     stop = asyncio.Event()
     clients = [Client(args.target, args.syncer) for _ in range(args.n)]
     t0 = time.monotonic()
     tasks = [asyncio.create_task(c.run(stop)) for c in clients]
-    await asyncio.gather(*(c.in_sync.wait() for c in clients))
+    waits = [asyncio.create_task(c.in_sync.wait()) for c in clients]
+    await asyncio.wait(waits, timeout=args.sync_timeout)
+    stuck = [c for c in clients if not c.in_sync.is_set()]
     print(json.dumps({"event": "in_sync", "seconds": time.monotonic() - t0,
                       "keys_min": min(c.keys for c in clients),
+                      "not_in_sync": len(stuck),
+                      "stuck": [{"keys": c.keys, "last": c.last} for c in stuck][:5],
                       "errors": [c.error for c in clients if c.error][:5]}), flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.read)  # until the runner closes stdin

@@ -190,6 +190,7 @@ PARAMS: tuple[Param, ...] = (
     _p("ServerMaxConcurrentStreams", "server_max_concurrent_streams", _int(1, 1 << 20), 16),
     _p("ServerDrainTimeoutSecs", "server_drain_timeout_secs", _seconds, 10.0),
     _p("SnapshotReuseAgeSecs", "snapshot_reuse_age_secs", _seconds, 1.0),
+    _p("CacheWakeIntervalSecs", "cache_wake_interval_secs", _seconds, 0.0),
     _p("MemorySeedFile", "memory_seed_file", _file_must_exist, ""),
     _p("MemoryDemoCluster", "memory_demo_cluster",
        _oneof("", "tiny", "small", "medium", "large"), ""),
@@ -248,6 +249,7 @@ class Config:
     server_max_concurrent_streams: int
     server_drain_timeout_secs: float
     snapshot_reuse_age_secs: float
+    cache_wake_interval_secs: float
     memory_seed_file: str
     memory_demo_cluster: str
     memory_churn_rate: float

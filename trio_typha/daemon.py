@@ -153,7 +153,8 @@ class Daemon:
         cfg = self.config
         log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.datastore.name)
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
-                              snapshot_reuse_age=cfg.snapshot_reuse_age_secs)
+                              snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
+                              wake_interval=cfg.cache_wake_interval_secs)
                  for t in self.syncer_types}
         self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION,
                                  metrics=self.metrics)
@@ -165,6 +166,9 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             if self.handle_signals:
                 nursery.start_soon(self._signals)
+            if cfg.cache_wake_interval_secs > 0:
+                for feed in feeds.values():
+                    await nursery.start(feed.run_waker)
             log.info("Starting the datastore Syncer/cache layer")
             for syncer_type, feed in feeds.items():
                 definition = syncer_definition(syncer_type, **self._definition_args)

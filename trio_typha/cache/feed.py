@@ -18,12 +18,14 @@ class CacheFeed:
     """
 
     def __init__(self, syncer_type: str, *, max_batch_size: int = 100,
-                 snapshot_reuse_age: float = 0.0) -> None:
+                 snapshot_reuse_age: float = 0.0, wake_interval: float = 0.0) -> None:
         self.syncer_type = syncer_type
         self.cache = SnapshotCache(max_batch_size=max_batch_size, now=trio.current_time())
         self.snapshot_reuse_age = snapshot_reuse_age
         self._published = trio.Event()
         self._in_sync = trio.Event()
+        self.wake_interval = wake_interval
+        self._dirty = trio.Event()
         #: Called with True when a client had to wait for the next breadcrumb, else False.
         self.on_wait: Callable[[bool], None] | None = None
 
@@ -63,5 +65,27 @@ class CacheFeed:
         await self._in_sync.wait()
 
     def _wake(self) -> None:
+        if self.wake_interval > 0:
+            self._dirty.set()  # run_waker releases the waiters
+        else:
+            self._release()
+
+    def _release(self) -> None:
         self._published.set()
         self._published = trio.Event()
+
+    async def run_waker(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> None:
+        """With a wake interval, release waiting clients at most once per interval.
+
+        The first change after a quiet spell is released at once; later ones within the
+        interval wait for its end, so every client then sends several breadcrumbs in one
+        write.  With thousands of clients that turns per-update socket writes into
+        per-interval ones, at the cost of at most one interval of extra delay.
+        """
+        task_status.started()
+        while True:
+            await self._dirty.wait()
+            self._dirty = trio.Event()
+            self._release()
+            await trio.sleep(self.wake_interval)
