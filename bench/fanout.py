@@ -147,7 +147,10 @@ def main() -> None:
                    help="CacheWakeIntervalSecs for the server (0: wake clients per update)")
     p.add_argument("--snapshot-reuse", type=float, default=1.0,
                    help="SnapshotReuseAgeSecs for the server")
+    p.add_argument("--log-level", default="WARNING", help="server log level (to stderr)")
     args = p.parse_args()
+    from trio_typha.logs import setup_logging
+    setup_logging(args.log_level)
     if args.protocol == "grpc":
         if args.client_impl is not None:
             p.error("--client-impl applies to --protocol typha only (gRPC clients are grpcio)")
