@@ -106,3 +106,44 @@ async def test_watcher_behind_the_log_relists_only_differences() -> None:
     assert names == [("n0", False), ("n4", True), ("new1", False), ("new2", False),
                      ("new3", False), ("new4", False)]
     assert feed.status is SyncStatus.WAIT_FOR_DATASTORE
+
+
+class Flaky:
+    """A datastore that syncs, then reports an outage and an access denial (for readiness)."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.send = None
+
+    async def watch(self, kinds, send, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from trio_typha.datastore.base import KindSynced
+        self.send = send
+        task_status.started()
+        for kind in kinds:
+            await send.send(KindSynced(kind))
+        await trio.sleep_forever()
+
+
+async def test_outage_after_sync_keeps_ready_but_denial_does_not() -> None:
+    from trio_typha.datastore.base import Connection
+    ds = Flaky()
+    feed = CacheFeed("felix")
+    pipeline = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert), ds, feed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pipeline.run)
+        with trio.fail_after(5):
+            await feed.wait_in_sync()
+        assert pipeline.ready
+        await ds.send.send(Connection(ok=False, reason="cannot reach the API server",
+                                      kind=K.NAMESPACE))
+        await settle()
+        assert pipeline.ready and pipeline.failing  # still serving; the problem is reported
+        await ds.send.send(Connection(ok=False, reason="forbidden to watch namespaces",
+                                      kind=K.NAMESPACE, denied=True))
+        await settle()
+        assert not pipeline.ready
+        await ds.send.send(Connection(ok=True, kind=K.NAMESPACE))
+        await settle()
+        assert pipeline.ready and not pipeline.failing
+        nursery.cancel_scope.cancel()

@@ -38,11 +38,16 @@ class KindSynced:
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """Reachability of the datastore for one kind (or all kinds when ``kind`` is None)."""
+    """Reachability of the datastore for one kind (or all kinds when ``kind`` is None).
+
+    ``denied`` marks an access failure (401/403): that makes the server not ready, while a
+    mere outage after the first sync does not (Typha keeps serving its cache).
+    """
 
     ok: bool
     reason: str = ""
     kind: ResourceKind | None = None
+    denied: bool = False
 
 
 DatastoreEvent = ResourceEvent | KindSynced | Connection

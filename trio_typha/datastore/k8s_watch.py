@@ -207,7 +207,9 @@ class KindWatcher:
         if reason != self._failure:
             self._failure = reason
             log.warning("%s", reason)
-            await self._send.send(Connection(ok=False, reason=reason, kind=self.kind))
+            denied = isinstance(exc, ApiError) and exc.http_status in (401, 403)
+            await self._send.send(Connection(ok=False, reason=reason, kind=self.kind,
+                                             denied=denied))
         else:
             log.debug("%s (again)", reason)
         await trio.sleep(self._backoff.next_delay())

@@ -36,8 +36,9 @@ class SyncerPipeline:
 
     Sync status follows libcalico-go's watcher syncer: WaitForDatastore until the datastore
     first answers, ResyncInProgress until every kind has listed once, then InSync (it never
-    goes back).  Kinds whose datastore reports an error (e.g. RBAC 403) are tracked in
-    ``failing`` so readiness can say which and why.
+    goes back).  Datastore problems are tracked in ``failing`` (kind → reason) so health can
+    say which and why; readiness drops for access denials (RBAC 401/403) at any time, but
+    an outage after InSync leaves the pipeline ready: clients keep the cache, as with Typha.
     """
 
     def __init__(self, definition: SyncerDefinition, datastore: Datastore, feed: CacheFeed, *,
@@ -56,6 +57,7 @@ class SyncerPipeline:
         self.resync_batch_window = resync_batch_window
         self.pending_kinds: set[ResourceKind] = set(definition.kinds)
         self.failing: dict[ResourceKind | None, str] = {}
+        self.denied: set[ResourceKind | None] = set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -111,11 +113,16 @@ class SyncerPipeline:
 
     def _connection(self, ev: Connection) -> None:
         if ev.ok:
+            self.denied.discard(ev.kind)
             if self.failing.pop(ev.kind, None) is not None:
                 log.info("Datastore recovered syncerType=%s kind=%s", self.syncer_type,
                          ev.kind or "all")
         elif self.failing.get(ev.kind) != ev.reason:
             self.failing[ev.kind] = ev.reason
+            if ev.denied:
+                self.denied.add(ev.kind)
+            else:
+                self.denied.discard(ev.kind)
             log.warning("Datastore problem syncerType=%s kind=%s: %s", self.syncer_type,
                         ev.kind or "all", ev.reason)
 
@@ -137,4 +144,4 @@ class SyncerPipeline:
 
     @property
     def ready(self) -> bool:
-        return self.feed.status is SyncStatus.IN_SYNC and not self.failing
+        return self.feed.status is SyncStatus.IN_SYNC and not self.denied
