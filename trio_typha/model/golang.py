@@ -299,7 +299,15 @@ def parse_cidr_or_ip(s: str, *, allow_empty: bool = False) -> IPNet | None:
     return IPNet(ip, len(ip) * 8)
 
 
-_MAC_SEP = re.compile(r"^[0-9a-fA-F]{2}([:-])")
+def go_mask_ones(s: str, net: IPNet) -> int:
+    """``IPMask.Size()``'s ones for ``net`` as :func:`parse_cidr_or_ip` parsed it from ``s``.
+
+    Go keeps an IPv4-mapped IPv6 CIDR's 128-bit mask (``::ffff:1.2.3.4/128`` has 128 ones)
+    where :class:`IPNet` views the network as IPv4 (``prefix`` 32); everything else agrees.
+    """
+    if net.version == 4 and "/" in s and ":" in s.partition("/")[0]:
+        return net.prefix + 96
+    return net.prefix
 
 
 def parse_mac(s: str) -> bytes | None:

@@ -14,16 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .k8s_goip import (
-    IPNet,
-    ip_string,
-    ip_version,
-    parse_cidr,
-    parse_cidr_or_ip,
-    parse_ip,
-    parse_mac,
-    to4,
-)
+from .golang import IPNet, format_ip, ip_version, parse_cidr, parse_cidr_or_ip, parse_ip, parse_mac
 from .k8s_meta import (
     CALICO_API_VERSION,
     ORCHESTRATOR_K8S,
@@ -209,10 +200,14 @@ def _go_parse_uint(text: str, bits: int) -> int | None:
 
 
 def _parse(text: str) -> tuple[bytes, IPNet] | None:
-    try:
-        return parse_cidr_or_ip(text)
-    except ValueError:
+    """``cnet.ParseCIDROrIP``: the address as written (IPv4 as 4 bytes) and the masked
+    network, or None."""
+    net = parse_cidr_or_ip(text)
+    if net is None:
         return None
+    addr = parse_ip(text.partition("/")[0])
+    assert addr is not None  # the network parsed, so its address does
+    return addr, net
 
 
 def _is_cidr_v4(text: str) -> bool:
@@ -231,26 +226,24 @@ def _is_network_v4(text: str) -> bool:
     own network address."""
     parsed = _parse(text)
     return (parsed is not None and ip_version(parsed[0]) == 4
-            and ip_string(parsed[1].ip) == ip_string(parsed[0]))
+            and format_ip(parsed[1].ip) == format_ip(parsed[0]))
 
 
 def _is_network_v6(text: str) -> bool:
     parsed = _parse(text)
     return (parsed is not None and ip_version(parsed[0]) == 6
-            and ip_string(parsed[1].ip) == ip_string(parsed[0]))
+            and format_ip(parsed[1].ip) == format_ip(parsed[0]))
 
 
 def _static_tunnel_address(pod_cidr: str) -> str:
     """The host-local IPAM tunnel address: the pod CIDR's address (as written, not
     masked) with its last IPv4 byte incremented, wrapping without carry; "" for IPv6."""
-    try:
-        ip = parse_cidr(pod_cidr)[0]
-    except ValueError as exc:
-        raise ConversionError(f"invalid pod CIDR {pod_cidr!r} for node") from exc
-    v4 = to4(ip)
-    if v4 is None:
+    if parse_cidr(pod_cidr) is None:
+        raise ConversionError(f"invalid pod CIDR {pod_cidr!r} for node")
+    ip = parse_ip(pod_cidr.partition("/")[0])
+    if ip is None or len(ip) != 4:
         return ""
-    return ip_string(v4[:3] + bytes([(v4[3] + 1) & 0xFF]))
+    return format_ip(ip[:3] + bytes([(ip[3] + 1) & 0xFF]))
 
 
 def _addresses(ipv4_address: str, ipv6_address: str,

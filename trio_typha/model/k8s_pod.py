@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from .k8s_goip import IPNet, ip_string, mask_size, parse_cidr, parse_cidr_or_ip
+from .golang import IPNet, format_ip, go_mask_ones, parse_cidr, parse_cidr_or_ip
 from .k8s_meta import (
     CALICO_API_VERSION,
     LABEL_NAMESPACE,
@@ -172,7 +172,7 @@ def pod_to_workload_endpoint(pod: Mapping[str, Any], *,
     if sa_name:
         wep_spec["serviceAccountName"] = sa_name
     if pod_nets:
-        wep_spec["ipNetworks"] = [str(n) for n in pod_nets]
+        wep_spec["ipNetworks"] = [str(n) for _, n in pod_nets]
     if ip_nats:
         wep_spec["ipNATs"] = ip_nats
     wep_spec["profiles"] = profiles
@@ -194,8 +194,9 @@ def pod_to_workload_endpoint(pod: Mapping[str, Any], *,
     }
 
 
-def _pod_ip_networks(pod: Mapping[str, Any]) -> list[IPNet]:
-    """Calico's ``getPodIPs``: the first non-empty source wins, every entry must parse."""
+def _pod_ip_networks(pod: Mapping[str, Any]) -> list[tuple[str, IPNet]]:
+    """Calico's ``getPodIPs``: the first non-empty source wins, every entry must parse.
+    Each network comes with its text (Go's mask width depends on how it was written)."""
     status = mapping(pod.get("status"))
     annotations = mapping(mapping(pod.get("metadata")).get("annotations"))
     pod_ips = status.get("podIPs") or []
@@ -213,14 +214,16 @@ def _pod_ip_networks(pod: Mapping[str, Any]) -> list[IPNet]:
         return []
     nets = []
     for text in texts:
-        try:
-            nets.append(parse_cidr_or_ip(text)[1])
-        except ValueError as exc:
-            raise ConversionError(f"failed to parse pod IP {text!r}: {exc}") from exc
+        # As in Go, an empty entry is a nil IP (net.IP.UnmarshalText accepts "").
+        net = parse_cidr_or_ip(text, allow_empty=True)
+        if net is None:
+            raise ConversionError(f"failed to parse pod IP {text!r}: invalid CIDR address: {text}")
+        nets.append((text, net))
     return nets
 
 
-def _floating_ips(annotations: Mapping[str, Any], pod_nets: list[IPNet]) -> list[dict[str, str]]:
+def _floating_ips(annotations: Mapping[str, Any],
+                  pod_nets: list[tuple[str, IPNet]]) -> list[dict[str, str]]:
     """1:1 NATs from ``cni.projectcalico.org/floatingIPs``, only while the pod has IPs."""
     if ANNOTATION_FLOATING_IPS not in annotations or not pod_nets:
         return []
@@ -231,20 +234,22 @@ def _floating_ips(annotations: Mapping[str, Any], pod_nets: list[IPNet]) -> list
         raise ConversionError(f"failed to parse {text!r} as JSON: {exc}") from exc
     internal_v4: IPNet | None = None
     internal_v6: IPNet | None = None
-    for net in pod_nets:
+    for text, net in pod_nets:
         if net.version == 4:
-            if mask_size(net.mask) != 32:
+            if go_mask_ones(text, net) != 32:
                 raise ConversionError(f"PodIP {net} is not a valid IPv4: mask size is not 32")
             internal_v4 = net
         else:
-            if mask_size(net.mask) != 128:
+            if go_mask_ones(text, net) != 128:
                 raise ConversionError(f"PodIP {net} is not a valid IPv6: mask size is not 128")
             internal_v6 = net
     nats = []
     for external in external_ips:
         internal = internal_v6 if ":" in external else internal_v4
         if internal is not None:
-            nats.append({"internalIP": ip_string(internal.ip), "externalIP": external})
+            # A nil pod IP prints as Go's net.IP.String does.
+            internal_ip = format_ip(internal.ip) if internal.ip else "<nil>"
+            nats.append({"internalIP": internal_ip, "externalIP": external})
     return nats
 
 
@@ -260,10 +265,11 @@ def _allowed_source_prefixes(annotations: Mapping[str, Any]) -> list[str]:
         raise ConversionError(f"failed to parse {text!r} as JSON: {exc}") from exc
     out = []
     for prefix in prefixes:
-        try:
-            out.append(str(parse_cidr(prefix)[1]))
-        except ValueError as exc:
-            raise ConversionError(f"failed to parse {prefix!r} as a CIDR: {exc}") from exc
+        net = parse_cidr(prefix)
+        if net is None:
+            raise ConversionError(
+                f"failed to parse {prefix!r} as a CIDR: invalid CIDR address: {prefix}")
+        out.append(str(net))
     return out
 
 

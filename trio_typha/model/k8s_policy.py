@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .k8s_goip import parse_cidr
+from .golang import parse_cidr
 from .k8s_meta import (
     CALICO_API_VERSION,
     LABEL_ORCHESTRATOR,
@@ -291,16 +291,16 @@ def _k8s_peer_to_calico(peer: Mapping[str, Any] | None
     ip_block = peer.get("ipBlock")
     if ip_block is not None:
         ip_block = mapping(ip_block)
-        try:
-            nets = [str(parse_cidr(str_or_empty(ip_block.get("cidr")))[1])]
-        except ValueError:
+        net = parse_cidr(str_or_empty(ip_block.get("cidr")))
+        if net is None:
             return "", "", None, None
+        nets = [str(net)]
         not_nets: list[str] = []
         for exception in ip_block.get("except") or []:
-            try:
-                not_nets.append(str(parse_cidr(str_or_empty(exception))[1]))
-            except ValueError:
+            net = parse_cidr(str_or_empty(exception))
+            if net is None:
                 break
+            not_nets.append(str(net))
         return "", "", nets, not_nets or None
     pod_selector = peer.get("podSelector")
     ns_selector = peer.get("namespaceSelector")

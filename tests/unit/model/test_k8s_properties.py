@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_typha.model.golang import parse_cidr
 from trio_typha.model.k8s import (
     convert_uid,
     endpoint_slice_passthrough,
@@ -21,7 +22,6 @@ from trio_typha.model.k8s import (
     service_account_to_profile,
     service_passthrough,
 )
-from trio_typha.model.k8s_goip import parse_cidr
 from trio_typha.model.k8s_meta import go_marshal_string_map
 from trio_typha.model.k8s_quantity import quantity_value
 
@@ -211,4 +211,4 @@ def test_quantity_integer_forms(n: int, suffix: tuple[str, int | None]) -> None:
 def test_cidr_network_text_matches_ipaddress(case: tuple[Any, int]) -> None:
     addr, prefix = case
     text = f"{addr}/{prefix}"
-    assert str(parse_cidr(text)[1]) == str(ipaddress.ip_network(text, strict=False))
+    assert str(parse_cidr(text)) == str(ipaddress.ip_network(text, strict=False))
