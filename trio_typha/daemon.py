@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import random
 import signal
-from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -297,7 +296,3 @@ def _protocols(which: str) -> Protocols:
 def _validator() -> Any:
     from .model import validation
     return validation.validate_updates
-
-
-def feeds_in_sync(feeds: Mapping[str, CacheFeed]) -> bool:
-    return all(f.status is SyncStatus.IN_SYNC for f in feeds.values())

@@ -138,3 +138,16 @@ def test_replaying_breadcrumbs_reproduces_the_cache(ops, batch) -> None:
                 replay[u.key] = u.value
     assert replay == model
     assert {u.key: u.value for u in cache.snapshot_point(now=0).snapshot()} == model
+
+
+def test_reusable_snapshot_is_released_once_too_old() -> None:
+    """The reuse slot must not pin the chain forever when no client connects for a while."""
+    cache = SnapshotCache()
+    cache.apply([upd("/a", b"1")], now=0)
+    ref = weakref.ref(cache.snapshot_point(now=0, max_age=1.0))
+    cache.apply([upd("/b", b"1")], now=0.5)
+    assert ref() is not None  # still young enough to be reused
+    for i in range(3):
+        cache.apply([upd(f"/c{i}", b"1")], now=2.0 + i)
+    gc.collect()
+    assert ref() is None

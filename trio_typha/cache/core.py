@@ -49,10 +49,6 @@ class Breadcrumb:
         return (f"<Breadcrumb seq={self.seq} updates={len(self.updates)} "
                 f"status={self.status.name}>")
 
-    @property
-    def has_snapshot(self) -> bool:
-        return self._snapshot is not None
-
     def snapshot(self) -> tuple[SerializedUpdate, ...]:
         """The full KV set as of this breadcrumb, sorted by key, every entry New."""
         if self._snapshot is None:
@@ -88,6 +84,7 @@ class SnapshotCache:
         # Newest breadcrumb that has a materialized snapshot; lets a storm of connecting
         # clients share one snapshot instead of materializing one per breadcrumb.
         self._last_snapshot: Breadcrumb | None = None
+        self._snapshot_max_age = 0.0
         self.dropped_noops = 0
 
     def __len__(self) -> int:
@@ -134,6 +131,7 @@ class SnapshotCache:
         Reuses the newest already-materialized snapshot if it is at most ``max_age`` old,
         otherwise materializes one at the newest breadcrumb.
         """
+        self._snapshot_max_age = max_age
         last = self._last_snapshot
         if last is not None and (last is self.latest or now - last.timestamp <= max_age):
             return last
@@ -142,6 +140,10 @@ class SnapshotCache:
         return self.latest
 
     def _publish(self, updates: tuple[SerializedUpdate, ...], now: float) -> Breadcrumb:
+        last = self._last_snapshot
+        if last is not None and now - last.timestamp > self._snapshot_max_age:
+            # Too old to reuse: let it (and the chain after it) go once clients are done.
+            self._last_snapshot = None
         prev = self.latest
         crumb = Breadcrumb(prev.seq + 1, now, updates, self.status, self._kvs)
         prev._kvs = None

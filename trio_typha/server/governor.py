@@ -48,12 +48,6 @@ class Governor:
         self.interval = interval
         self.on_drop = on_drop
 
-    def set_limit(self, limit: int, reason: str = "") -> None:
-        if limit != self.limit:
-            log.info("New target number of connections oldMax=%d newMax=%d currentNum=%d "
-                     "reason=%s", self.limit, limit, len(self.connections), reason)
-            self.limit = limit
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         task_status.started()

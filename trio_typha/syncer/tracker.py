@@ -10,7 +10,6 @@ watcher cache does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from ..datastore.base import ResourceEvent
 from ..model.kinds import ResourceKind
@@ -70,9 +69,3 @@ class SourceTracker:
         else:
             self._derived.pop(source, None)
         return updates
-
-    def apply_all(self, events: Iterable[ResourceEvent]) -> list[SerializedUpdate]:
-        out: list[SerializedUpdate] = []
-        for ev in events:
-            out.extend(self.apply(ev))
-        return out
