@@ -327,9 +327,9 @@ async def test_clients_at_one_point_share_the_snapshot_bytes(autojump_clock: tri
             for c in clients:
                 inner.start_soon(c.wait_for_status)
         crumb = feed.latest
-        slot = crumb.memo(("gob", "snapshot", "snappy"),
+        slot = crumb.memo(("build-once", "gob", "snappy"),
                           lambda _: pytest.fail("snapshot not memoized"))
-        assert slot.data == shared.build_compressed_snapshot(crumb.snapshot())
+        assert slot.value == shared.build_compressed_snapshot(crumb.snapshot())
         for c in clients:
             assert len(c.kvs) == 3000
             assert isinstance(c.server_hello, object)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import h2.settings
 import trio
 
@@ -104,7 +105,15 @@ async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",
         if not data:
             raise GrpcError(StatusCode.UNAVAILABLE, "connection closed without trailers")
         out: list[SyncEvent] = []
-        for event in conn.receive_data(data):
+        try:
+            events = conn.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            # h2 closes a client's state machine at the server's GOAWAY, so frames the server
+            # still sends after a graceful GOAWAY (our stream's trailers) land here.
+            if conn.state_machine.state is h2.connection.ConnectionState.CLOSED:
+                raise GrpcError(StatusCode.UNAVAILABLE, "server sent GOAWAY") from None
+            raise GrpcError(StatusCode.INTERNAL, f"HTTP/2 protocol error: {exc}") from None
+        for event in events:
             if isinstance(event, h2.events.ResponseReceived):
                 http_status = dict(event.headers).get(b":status", b"")
                 trailers_only = dict(event.headers).get(b"grpc-status")

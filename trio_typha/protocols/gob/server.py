@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
 
 import trio
 
 from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
+from ...cache.build import build_once
 from ...observe.metrics import SyncerMetrics
 from ...server.context import ServerContext, SessionInfo
 from . import shared
@@ -44,8 +44,6 @@ _RECEIVE_SIZE = 65536
 # A long write (the snapshot) goes out in pieces, each with the full write timeout: like
 # Typha pushing its write deadline out while the client makes progress.
 _WRITE_PIECE = 256 * 1024
-# Snapshots at least this big are encoded in a worker thread so the event loop keeps serving.
-_THREAD_SNAPSHOT_SIZE = 20_000
 
 
 class _Drop(Exception):
@@ -246,15 +244,15 @@ class _GobConnection:
         snapshot = crumb.snapshot()
         if compressed:
             metrics = self._metrics()
-            data = await _shared_build(crumb, ("snappy",), len(snapshot),
+            data = await build_once(crumb, ("gob", "snappy"), len(snapshot),
                                        lambda: shared.build_compressed_snapshot(snapshot),
                                        on_built=metrics.snapshots_generated.inc,
                                        on_reused=metrics.snapshots_reused.inc)
             metrics.snapshot_compressed_bytes.set(len(data))
             return data
         per_message = self.settings.max_message_size
-        return await _shared_build(
-            crumb, ("plain", per_message), len(snapshot),
+        return await build_once(
+            crumb, ("gob", "plain", per_message), len(snapshot),
             lambda: shared.build_streamed_snapshot(snapshot, per_message))
 
     async def _write(self, data: bytes) -> None:
@@ -266,44 +264,6 @@ class _GobConnection:
             if scope.cancelled_caught:
                 raise _Drop(f"write timed out after {timeout}s")
             self.info.bytes_sent += min(_WRITE_PIECE, len(data) - start)
-
-
-class _Build:
-    """One shared encoding being built: waiters sleep on ``done``."""
-
-    __slots__ = ("done", "data")
-
-    def __init__(self) -> None:
-        self.done: trio.Event | None = None
-        self.data: bytes | None = None
-
-
-async def _shared_build(crumb: Breadcrumb, key: tuple[object, ...], size: int,
-                        build: Callable[[], bytes], *,
-                        on_built: Callable[[], object] | None = None,
-                        on_reused: Callable[[], object] | None = None) -> bytes:
-    """Build a breadcrumb's snapshot encoding once; every caller gets the same bytes."""
-    slot = crumb.memo(("gob", "snapshot", *key), lambda _: _Build())
-    if slot.data is not None or slot.done is not None:
-        if on_reused is not None:
-            on_reused()
-    elif on_built is not None:
-        on_built()
-    if slot.data is None:
-        if slot.done is None:
-            slot.done = trio.Event()
-            try:
-                if size >= _THREAD_SNAPSHOT_SIZE:
-                    slot.data = await trio.to_thread.run_sync(build)
-                else:
-                    slot.data = build()
-            finally:
-                slot.done.set()
-        else:
-            await slot.done.wait()
-        if slot.data is None:
-            raise RuntimeError("building the shared snapshot failed")
-    return slot.data
 
 
 def _wall_clock() -> GoTime:

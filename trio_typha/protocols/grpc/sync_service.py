@@ -16,6 +16,7 @@ import trio
 
 from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
+from ...cache.build import build_once
 from ...observe.metrics import SyncerMetrics
 from ...server.context import ServerContext, SessionInfo
 from . import messages
@@ -88,7 +89,9 @@ async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: Syn
     crumb = feed.snapshot_point()
     out = [messages.header_message(conn_id=conn_id, server_version=ctx.version or BUILD_VERSION,
                                    syncer_type=feed.syncer_type, status=crumb.status)]
-    out += messages.snapshot_messages(crumb, session.settings.max_message_size)
+    batch = session.settings.max_message_size
+    out += await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
+                            lambda: messages.snapshot_messages(crumb, batch))
     out.append(messages.finished_message(crumb))
     for message in out:
         await stream.send(message)
