@@ -45,6 +45,9 @@ def build_gobtool() -> str:
 def client_command(protocol: str, impl: str, port: int, n: int, syncer: str,
                    gobtool: str | None = None) -> list[str]:
     """One client process's command line; every kind prints the same JSON lines."""
+    if protocol == "grpc" and impl == "h2":
+        return [sys.executable, os.path.join(HERE, "h2_clients.py"),
+                "--port", str(port), "--n", str(n), "--syncer", syncer]
     if protocol == "grpc":
         return [sys.executable, os.path.join(HERE, "grpc_clients.py"),
                 "--target", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer]
@@ -134,8 +137,9 @@ async def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--protocol", choices=("grpc", "typha"), default="grpc")
-    p.add_argument("--client-impl", choices=("go", "python"), default=None,
-                   help="typha protocol clients: go (gobtool fleet, default) or python")
+    p.add_argument("--client-impl", choices=("go", "python", "grpcio", "h2"), default=None,
+                   help="typha protocol clients: go (gobtool fleet, default) or python; "
+                   "grpc clients: grpcio (default) or h2 (trio_typha's own client)")
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--cluster", default="medium")
@@ -152,11 +156,13 @@ def main() -> None:
     from trio_typha.logs import setup_logging
     setup_logging(args.log_level)
     if args.protocol == "grpc":
-        if args.client_impl is not None:
-            p.error("--client-impl applies to --protocol typha only (gRPC clients are grpcio)")
-        args.client_impl = "grpcio"
-    elif args.client_impl is None:
-        args.client_impl = "go"
+        args.client_impl = args.client_impl or "grpcio"
+        if args.client_impl not in ("grpcio", "h2"):
+            p.error("gRPC clients are grpcio or h2")
+    else:
+        args.client_impl = args.client_impl or "go"
+        if args.client_impl not in ("go", "python"):
+            p.error("typha-protocol clients are go or python")
     args.gobtool = build_gobtool() if args.client_impl == "go" else None
     report(trio.run(run, args))
 
