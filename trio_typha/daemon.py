@@ -151,6 +151,10 @@ class Daemon:
         """Run until :meth:`shutdown` (or a signal) has drained every connection."""
         cfg = self.config
         log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.datastore.name)
+        if cfg.connection_rebalancing_mode == "kubernetes":
+            log.warning("ConnectionRebalancingMode=kubernetes is not supported yet: the connection "
+                        "limit stays at MaxConnectionsUpperLimit=%d",
+                        cfg.max_connections_upper_limit)
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
                               wake_interval=cfg.cache_wake_interval_secs)
