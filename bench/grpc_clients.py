@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 import time
 
 import grpc
+from _common import churn_delays
 
 from trio_typha.protocols.grpc import typha_pb2 as pb
-
-CHURN = re.compile(rb'"churn-ts":"(\d+)"')
 
 
 class Client:
@@ -48,13 +46,10 @@ class Client:
                     which = msg.WhichOneof("msg")
                     self.last = which
                     if which == "update":
-                        now = time.time_ns()
                         self.updates += len(msg.update.kvs)
                         if finished:
-                            for kv in msg.update.kvs:
-                                m = CHURN.search(kv.value)
-                                if m:
-                                    self.delays.append((now - int(m.group(1))) / 1e9)
+                            self.delays.extend(churn_delays(
+                                (kv.value for kv in msg.update.kvs), time.time_ns()))
                         else:
                             self.keys += len(msg.update.kvs)
                     elif which == "finished":

@@ -1,76 +1,38 @@
 """N concurrent Typha-protocol (gob + snappy) clients on trio, for bench/fanout.py.
 
-Same output contract as grpc_clients.py: an "in_sync" JSON line once every client is in
-sync, and a "done" line with the delays when stdin closes.
+Speaks the runner's contract through :class:`_common.TrioFleet` (see grpc_clients.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import re
-import sys
-import time
+import functools
 
 import trio
+from _common import TrioFleet, fleet_args
 
 from trio_typha.client.typha import TyphaClient
 from trio_typha.model.kv import SyncStatus
 
-CHURN = re.compile(rb'"churn-ts":"(\d+)"')
 
-
-async def one(port: int, syncer: str, delays: list[float], synced: list[float],
-              stats: dict, all_synced: trio.Event, n: int, t0: float) -> None:
+async def one(port: int, syncer: str, fleet: TrioFleet) -> None:
     client = TyphaClient("127.0.0.1", port, syncer_type=syncer, hostname="bench",
                          read_timeout=600)
     in_sync = False
     try:
         async for batch in client.batches():
-            now = time.time_ns()
-            stats["updates"] += len(batch.updates)
-            if in_sync:
-                for u in batch.updates:
-                    m = CHURN.search(u.value or b"")
-                    if m:
-                        delays.append((now - int(m.group(1))) / 1e9)
+            fleet.received([u.value for u in batch.updates], after_sync=in_sync)
             if batch.status is SyncStatus.IN_SYNC and not in_sync:
                 in_sync = True
-                synced.append(time.monotonic() - t0)
-                if len(synced) == n:
-                    all_synced.set()
+                fleet.synced_one()
     except Exception as exc:  # report, don't hide: the runner prints client errors
-        stats["errors"].append(f"{type(exc).__name__}: {exc}")
-        if not in_sync:
-            synced.append(time.monotonic() - t0)
-            if len(synced) == n:
-                all_synced.set()
+        fleet.failed(exc, was_synced=in_sync)
     finally:
         await client.aclose()
 
 
 async def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--syncer", default="felix")
-    args = p.parse_args()
-    delays: list[float] = []
-    synced: list[float] = []
-    stats: dict = {"updates": 0, "errors": []}
-    all_synced = trio.Event()
-    t0 = time.monotonic()
-    async with trio.open_nursery() as nursery:
-        for _ in range(args.n):
-            nursery.start_soon(one, args.port, args.syncer, delays, synced, stats, all_synced,
-                               args.n, t0)
-        await all_synced.wait()
-        print(json.dumps({"event": "in_sync", "seconds": max(synced),
-                          "errors": stats["errors"][:5]}), flush=True)
-        await trio.to_thread.run_sync(sys.stdin.read)
-        nursery.cancel_scope.cancel()
-    print(json.dumps({"event": "done", "delays": delays, "updates": stats["updates"],
-                      "errors": stats["errors"][:5]}), flush=True)
+    args = fleet_args()
+    await TrioFleet(args.n).run(functools.partial(one, args.port, args.syncer))
 
 
 if __name__ == "__main__":
