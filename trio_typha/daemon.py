@@ -10,7 +10,6 @@ the same instant.
 from __future__ import annotations
 
 import logging
-import random
 import signal
 from typing import Any
 
@@ -109,11 +108,10 @@ class Daemon:
         self.settings = settings_from_config(cfg)
         self.pipelines: dict[str, SyncerPipeline] = {}
         self.ctx: ServerContext | None = None
-        self.connections = ConnectionRegistry()
+        self.connections = ConnectionRegistry(active=self.metrics.connections_active,
+                                              accepted=self.metrics.connections_accepted)
         self.ports: dict[str, int] = {}
         self._shutdown = trio.Event()
-        self._listener_scope: trio.CancelScope | None = None
-        self.listening = False
         self.governor: Governor | None = None
 
     # -- readiness --------------------------------------------------------------------------
@@ -124,6 +122,10 @@ class Daemon:
         if pipeline.failing:
             detail = "; ".join(pipeline.failing.values())
         return Report(live=True, ready=pipeline.ready, detail=detail)
+
+    @property
+    def listening(self) -> bool:
+        return self.connections.listening
 
     def _server_report(self) -> Report:
         return Report(live=True, ready=self.listening,
@@ -160,7 +162,7 @@ class Daemon:
                               wake_interval=cfg.cache_wake_interval_secs)
                  for t in self.syncer_types}
         self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION,
-                                 metrics=self.metrics)
+                                 metrics=self.metrics, registry=self.connections)
         for syncer_type, feed in feeds.items():
             sm = self.ctx.syncer_metrics(syncer_type)
             feed.on_wait = (lambda blocked, sm=sm:
@@ -183,6 +185,11 @@ class Daemon:
                 await nursery.start(pipeline.run)
             self.health.register("SyncServer", self._server_report)
             await nursery.start(self._serve_sync)
+            self.governor = Governor(
+                self.connections, limit=cfg.max_connections_upper_limit,
+                interval=cfg.connection_drop_interval_secs or 1.0,
+                on_drop=self.metrics.connections_dropped.inc)
+            await nursery.start(self.governor.run)
             if cfg.health_enabled:
                 log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
                          cfg.health_port)
@@ -208,7 +215,7 @@ class Daemon:
                 await aclose()
         log.info("Server has shut down.")
 
-    async def _serve_sync(self, *, task_status: trio.TaskStatus[None]) -> None:
+    async def _serve_sync(self, *, task_status: trio.TaskStatus[Any]) -> None:
         cfg = self.config
         assert self.ctx is not None
         ssl_context = None
@@ -218,66 +225,26 @@ class Daemon:
                                              cfg.ca_file)
         handler = ConnectionHandler(
             self.ctx, _protocols(cfg.server_protocols), ssl_context=ssl_context,
-            client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san,
-            on_accept=self.metrics.connections_accepted.inc)
+            client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san)
         log.info("Opening %slisten socket host=%s port=%d", "TLS " if ssl_context else "",
                  cfg.server_host or "*", self.listen_port)
         listeners = await trio.open_tcp_listeners(self.listen_port,
                                                   host=cfg.server_host or None)
         self.ports["server"] = listeners[0].socket.getsockname()[1]
-        with trio.CancelScope() as scope:
-            self._listener_scope = scope
-            async with trio.open_nursery() as conns:
-                self.connections.nursery = conns
-                conns.start_soon(self._accept_loop, listeners, handler)
-                self.governor = Governor(
-                    self.connections, limit=cfg.max_connections_upper_limit,
-                    interval=cfg.connection_drop_interval_secs or 1.0,
-                    on_drop=self.metrics.connections_dropped.inc)
-                await conns.start(self.governor.run)
-                self.listening = True
-                log.info("Opened listen socket port=%d", self.ports["server"])
-                task_status.started()
-        self.listening = False
-
-    async def _accept_loop(self, listeners: list[trio.SocketListener],
-                           handler: ConnectionHandler) -> None:
-        async def accept(listener: trio.SocketListener) -> None:
-            async with listener:
-                while True:
-                    try:
-                        sock = await listener.accept()
-                    except OSError as exc:  # e.g. EMFILE: back off instead of spinning
-                        log.warning("Accept failed: %s", exc)
-                        await trio.sleep(0.1)
-                        continue
-                    self.connections.spawn(handler, sock, self.metrics.connections_active)
-        async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                nursery.start_soon(accept, listener)
-            self.connections.accepting = nursery.cancel_scope
+        log.info("Opened listen socket port=%d", self.ports["server"])
+        # Returns once the drain has closed the last connection.
+        await self.connections.serve(handler, listeners, task_status=task_status)
 
     async def _drain(self) -> None:
         """Typha's graceful shutdown: close the listener, GOAWAY, then drop one at a time."""
         assert self.ctx is not None
         log.info("Starting graceful shutdown...")
-        if self.connections.accepting is not None:
-            self.connections.accepting.cancel()
-        self.listening = False
+        self.connections.stop_accepting()
         self.ctx.draining.set()
         cfg = self.config
-        with trio.move_on_after(cfg.shutdown_timeout_secs):
-            n = len(self.connections)
-            if n:
-                interval = min(cfg.shutdown_timeout_secs * 0.95 / n,
-                               cfg.shutdown_connection_drop_interval_max_secs or 1.0)
-                while len(self.connections) > 0:
-                    await trio.sleep(interval * 0.95 + random.random() * interval * 0.10)
-                    if self.connections.drop_one("graceful shutdown in progress") is None:
-                        break
-        log.info("Finished closing connections, completing shutdown")
-        if self._listener_scope is not None:
-            self._listener_scope.cancel()
+        await self.connections.drain(
+            spread_over=cfg.shutdown_timeout_secs,
+            max_interval=cfg.shutdown_connection_drop_interval_max_secs or 1.0)
 
     async def _signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

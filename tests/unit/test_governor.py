@@ -28,19 +28,19 @@ def test_typha_unit_test_case() -> None:
                           upper=101)[0] == 93
 
 
-async def idle(stream) -> None:
-    await trio.sleep_forever()
-
-
 async def test_governor_drops_one_per_interval_until_under_limit(autojump_clock) -> None:
     registry = ConnectionRegistry()
+    registry.listening = True  # as while serving: the governor stands down once draining
     dropped: list[float] = []
+
+    async def connection(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with registry.track("peer"):
+            task_status.started()
+            await trio.sleep_forever()
+
     async with trio.open_nursery() as nursery:
-        registry.nursery = nursery
         for _ in range(5):
-            a, _b = trio.testing.memory_stream_pair()
-            registry.spawn(idle, a)
-        await trio.testing.wait_all_tasks_blocked()
+            await nursery.start(connection)
         gov = Governor(registry, limit=2, interval=1.0,
                        on_drop=lambda: dropped.append(trio.current_time()))
         await nursery.start(gov.run)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -13,6 +11,7 @@ import trio
 from ..cache import CacheFeed
 from ..model.kv import SYNCER_TYPES
 from ..observe.metrics import Metrics, SyncerMetrics
+from .connections import ConnectionRegistry, Session
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +41,6 @@ class ServerSettings:
         return self
 
 
-def _conn_id_counter() -> itertools.count[int]:
-    # Like Typha: random upper 32 bits, low bits count up from 1 per accepted connection.
-    return itertools.count((random.getrandbits(31) + 1) << 32 | 1)
-
-
 @dataclass
 class ServerContext:
     """Shared by all sessions: the caches, the settings and the shutdown signal."""
@@ -56,14 +50,18 @@ class ServerContext:
     version: str = ""
     #: Set when the server starts draining: sessions send GOAWAY / close cleanly.
     draining: trio.Event = field(default_factory=trio.Event)
-    _ids: itertools.count[int] = field(default_factory=_conn_id_counter)
-    #: Live sessions by connection id, for introspection and connection rebalancing.
-    sessions: dict[int, SessionInfo] = field(default_factory=dict)
+    #: The live connections and their sessions (one registry for the whole server).
+    registry: ConnectionRegistry = field(default_factory=ConnectionRegistry)
     metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=False))
     _syncer_metrics: dict[str, SyncerMetrics] = field(default_factory=dict)
 
+    @property
+    def sessions(self) -> dict[int, Session]:
+        """Every live session by id (a view of the registry)."""
+        return self.registry.sessions
+
     def next_conn_id(self) -> int:
-        return next(self._ids)
+        return self.registry.next_id()
 
     def syncer_metrics(self, syncer_type: str) -> SyncerMetrics:
         """Typha's per-syncer series for ``syncer_type`` (one of the four)."""
@@ -76,16 +74,3 @@ class ServerContext:
     def feed(self, syncer_type: str) -> CacheFeed | None:
         """The cache of ``syncer_type`` (``""`` means felix, as in Typha), or None."""
         return self.feeds.get(syncer_type or "felix")
-
-
-@dataclass
-class SessionInfo:
-    """What the server knows about one live client session (for logs and introspection)."""
-
-    conn_id: int
-    protocol: str
-    peer: str
-    syncer_type: str = ""
-    hostname: str = ""
-    cancel_scope: trio.CancelScope | None = None
-    bytes_sent: int = 0

@@ -39,7 +39,10 @@ def max_conn_limit(*, num_typhas: int | None, num_nodes: int | None, syncer_type
 
 
 class Governor:
-    """Drops one connection per interval while the registry is over ``limit``."""
+    """Drops one connection per interval while the registry is over ``limit``.
+
+    ``limit`` may be changed while it runs (Kubernetes rebalancing recomputes it).
+    """
 
     def __init__(self, connections: ConnectionRegistry, *, limit: int, interval: float,
                  on_drop: Callable[[], None] | None = None) -> None:
@@ -53,7 +56,8 @@ class Governor:
         task_status.started()
         while True:
             await trio.sleep(self.interval * (1 + random.random() * 0.1))
-            if len(self.connections) > self.limit and self.connections.drop_one(
+            # Once the server drains, the drain decides who goes.
+            if self.connections.listening and self.connections.load > self.limit and self.connections.shed_one(
                     "re-balance load with other Typha instances") is not None \
                     and self.on_drop is not None:
                 self.on_drop()

@@ -14,14 +14,15 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from .connections import Connection
 from .context import ServerContext
-from .tls import check_peer_identity
+from .tls import check_peer_identity, peer_identity
 
 log = logging.getLogger(__name__)
 
 H2_PREFACE_START = b"PRI"
 
-Session = Callable[..., Awaitable[None]]  # (stream, ctx, *, prefix, peer) -> None
+Session = Callable[..., Awaitable[None]]  # (stream, ctx, *, prefix, conn) -> None
 
 
 class Protocols:
@@ -54,26 +55,21 @@ async def sniff(stream: trio.abc.Stream, protocols: Protocols) -> tuple[Session 
 
 
 class ConnectionHandler:
-    """Per accepted socket: TLS, identity check and sniffing within the handshake timeout."""
+    """Per accepted socket: TLS, identity check and sniffing within the handshake timeout,
+    then the protocol's session (a :data:`~.connections.Handler` for the registry)."""
 
     def __init__(self, ctx: ServerContext, protocols: Protocols, *,
                  ssl_context: ssl.SSLContext | None = None, client_cn: str = "",
-                 client_uri_san: str = "",
-                 on_accept: Callable[[], None] | None = None,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 client_uri_san: str = "") -> None:
         self.ctx = ctx
         self.protocols = protocols
         self.ssl_context = ssl_context
         self.client_cn = client_cn
         self.client_uri_san = client_uri_san
-        self.on_accept = on_accept
-        self.on_close = on_close
 
-    async def __call__(self, sock: trio.SocketStream) -> None:
-        peer = _peer(sock)
+    async def __call__(self, sock: trio.SocketStream, conn: Connection) -> None:
+        peer = conn.peer
         log.debug("Accepted from %s", peer)
-        if self.on_accept:
-            self.on_accept()
         stream: trio.abc.Stream = sock
         try:
             session: Session | None = None
@@ -82,8 +78,9 @@ class ConnectionHandler:
                 if self.ssl_context is not None:
                     tls = trio.SSLStream(sock, self.ssl_context, server_side=True)
                     await tls.do_handshake()
-                    reason = check_peer_identity(tls.getpeercert(), self.client_cn,
-                                                 self.client_uri_san)
+                    cert = tls.getpeercert()
+                    conn.tls_identity = peer_identity(cert)
+                    reason = check_peer_identity(cert, self.client_cn, self.client_uri_san)
                     if reason:
                         log.warning("Rejecting TLS client %s: %s", peer, reason)
                         return
@@ -95,20 +92,10 @@ class ConnectionHandler:
             if session is None:
                 log.debug("Connection from %s closed before sending anything", peer)
                 return
-            await session(stream, self.ctx, prefix=prefix, peer=peer)
+            await session(stream, self.ctx, prefix=prefix, conn=conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as exc:
             log.info("Connection from %s failed: %s", peer, exc or type(exc).__name__)
         finally:
-            if self.on_close:
-                self.on_close()
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await trio.aclose_forcefully(stream)
-
-
-def _peer(sock: trio.SocketStream) -> str:
-    try:
-        addr = sock.socket.getpeername()
-    except OSError:
-        return "?"
-    return f"[{addr[0]}]:{addr[1]}" if ":" in addr[0] else f"{addr[0]}:{addr[1]}"

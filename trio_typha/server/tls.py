@@ -39,3 +39,12 @@ def check_peer_identity(cert: dict[str, Any] | None, client_cn: str, client_uri_
     wanted = " or ".join(filter(None, [client_cn and f"CN {client_cn!r}",
                                        client_uri_san and f"URI SAN {client_uri_san!r}"]))
     return f"certificate has CN {cns} and URI SANs {uris}, wanted {wanted}"
+
+
+def peer_identity(cert: dict[str, Any] | None) -> str:
+    """A verified client certificate's identity for humans: its CN and URI SANs."""
+    if not cert:
+        return ""
+    cns = [v for rdn in cert.get("subject", ()) for (k, v) in rdn if k == "commonName"]
+    uris = [v for (k, v) in cert.get("subjectAltName", ()) if k == "URI"]
+    return ", ".join([f"CN={cn}" for cn in cns] + [f"URI={u}" for u in uris])

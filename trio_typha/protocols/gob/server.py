@@ -13,6 +13,7 @@ line and :func:`serve_gob_connection` returns normally.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -23,7 +24,8 @@ from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
 from ...cache.build import build_once
 from ...observe.metrics import SyncerMetrics
-from ...server.context import ServerContext, SessionInfo
+from ...server.connections import Connection, State
+from ...server.context import ServerContext
 from . import shared
 from .gotime import GoTime
 from .session import (
@@ -55,34 +57,41 @@ class _Drop(Exception):
 
 
 async def serve_gob_connection(stream: trio.abc.Stream, ctx: ServerContext, *,
-                               prefix: bytes = b"", peer: str = "") -> None:
+                               prefix: bytes = b"", peer: str = "",
+                               conn: Connection | None = None) -> None:
     """Serve one client speaking Typha's gob protocol until it goes away or is dropped.
 
     ``prefix`` holds bytes the listener already read from ``stream`` (while telling gob from
-    HTTP/2); they are the start of the client's gob stream.  The session is registered in
-    ``ctx.sessions`` while it runs; its cancel scope there closes it.  Returns when the
-    connection is over (the stream is closed by then), whatever the reason.
+    HTTP/2); they are the start of the client's gob stream.  ``conn`` is the registry's
+    record of the accepted socket; without one (a stream the registry did not accept) the
+    connection is registered here, as ``peer``.  Its session is in ``ctx.registry`` while
+    it runs.  Returns when the connection is over (the stream is closed by then), whatever
+    the reason.
     """
-    conn = _GobConnection(stream, ctx, peer)
-    try:
-        await conn.run(prefix)
-    except Exception:
-        # Not the peer's doing, but one connection must never take the server down.
-        log.exception("Internal error serving Typha client %s (conn %#x)", peer, conn.conn_id)
+    with contextlib.ExitStack() as stack:
+        if conn is None:
+            conn = stack.enter_context(ctx.registry.track(peer))
+        gob = _GobConnection(stream, ctx, conn)
+        try:
+            await gob.run(prefix)
+        except Exception:
+            # Not the peer's doing, but one connection must never take the server down.
+            log.exception("Internal error serving Typha client %s (conn %#x)", conn.peer,
+                          conn.id)
 
 
 class _GobConnection:
-    def __init__(self, stream: trio.abc.Stream, ctx: ServerContext, peer: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, ctx: ServerContext, conn: Connection) -> None:
         self.stream = stream
         self.ctx = ctx
-        self.peer = peer
+        self.conn = conn
+        self.peer = conn.peer
         self.settings = ctx.settings.normalized()
-        self.conn_id = ctx.next_conn_id()
+        self.conn_id = conn.id
         self.session = ServerSession(
             settings=self.settings, syncer_types=list(ctx.feeds),
             server_version=ctx.version or BUILD_VERSION, conn_id=self.conn_id,
             now=trio.current_time(), rng=random.Random())
-        self.info = SessionInfo(self.conn_id, PROTOCOL, peer)
         self.close_reason: str | None = None
         self._streaming = False
         self._pongs_seen = 0
@@ -91,16 +100,16 @@ class _GobConnection:
         self._timer = trio.CancelScope()
 
     async def run(self, prefix: bytes) -> None:
-        self.ctx.sessions[self.conn_id] = self.info
+        registered = self.ctx.registry.session(self.conn, PROTOCOL, session_id=self.conn_id,
+                                               cancel_scope=self._cancel)
+        self.conn.graceful_close = self._close
         try:
-            with self._cancel:
-                self.info.cancel_scope = self._cancel
+            with registered as self.info, self._cancel:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(self._watchdog)
                     nursery.start_soon(self._writer)
                     nursery.start_soon(self._reader, prefix)
         finally:
-            del self.ctx.sessions[self.conn_id]
             if self._streaming:
                 self._metrics().streaming.dec()
             with trio.CancelScope(shield=True):
@@ -158,6 +167,8 @@ class _GobConnection:
         if hello is not None and not self.info.syncer_type:
             self.info.hostname = hello.hostname
             self.info.syncer_type = self.session.syncer_type
+            self.info.client_version = hello.version
+            self.info.feed = self.ctx.feed(self.session.syncer_type)
         for action in actions:
             if isinstance(action, Close):
                 raise _Drop(action.reason)
@@ -185,7 +196,10 @@ class _GobConnection:
             elif isinstance(action, SendSnapshot):
                 started = trio.current_time()
                 crumb = self._feed().snapshot_point()
+                self.info.state = State.SNAPSHOT
+                self.info.compression = "snappy" if action.compressed else ""
                 await self._write(await self._snapshot_bytes(crumb, action.compressed))
+                self.info.reached(crumb.seq, crumb.timestamp)
                 pending.extend(self.session.snapshot_sent(trio.current_time()))
                 self._metrics().snapshot_send_secs.observe(trio.current_time() - started)
                 self._rearm()
@@ -193,6 +207,7 @@ class _GobConnection:
                 assert crumb is not None
                 self._metrics().streaming.inc()
                 self._streaming = True
+                self.info.state = State.STREAMING
                 return crumb
 
     async def _stream_deltas(self, crumb: Breadcrumb) -> None:
@@ -227,7 +242,8 @@ class _GobConnection:
                 out.append(session.ping(now, _wall_clock()))
             data = b"".join(out)
             if data:
-                await self._write(data)
+                await self._write(data, len(out))
+            self.info.reached(crumb.seq, crumb.timestamp)
 
     # ---- helpers
 
@@ -255,7 +271,7 @@ class _GobConnection:
             crumb, ("gob", "plain", per_message), len(snapshot),
             lambda: shared.build_streamed_snapshot(snapshot, per_message))
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, messages: int = 1) -> None:
         timeout = self.settings.write_timeout
         view = memoryview(data)
         for start in range(0, len(data), _WRITE_PIECE):
@@ -264,6 +280,7 @@ class _GobConnection:
             if scope.cancelled_caught:
                 raise _Drop(f"write timed out after {timeout}s")
             self.info.bytes_sent += min(_WRITE_PIECE, len(data) - start)
+        self.info.messages_sent += messages
 
 
 def _wall_clock() -> GoTime:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import trio
 from h2.errors import ErrorCodes
 
+from ...server.connections import Connection
 from ...server.context import ServerContext
 from . import h2conn as core
 from .messages import SYNC_PATH
@@ -95,10 +96,13 @@ class _Stream:
 class GrpcConnection:
     """Serves the gRPC streams of one HTTP/2 connection until it ends; see :meth:`run`."""
 
-    def __init__(self, stream: trio.abc.Stream, ctx: ServerContext, *, peer: str = "") -> None:
+    def __init__(self, stream: trio.abc.Stream, ctx: ServerContext, *, peer: str = "",
+                 conn: Connection | None = None) -> None:
         self._stream = stream
         self.ctx = ctx
-        self.peer = peer
+        #: The registry's record of this socket (registered in :meth:`run` if not given).
+        self.conn = conn
+        self.peer = conn.peer if conn is not None else peer
         self.settings = ctx.settings.normalized()
         self.core = core.H2Core(max_concurrent_streams=self.settings.max_concurrent_streams,
                                 max_inbound_message=self.settings.max_inbound_message,
@@ -111,6 +115,8 @@ class GrpcConnection:
         self._writer_done = trio.Event()
         self._poke = _Signal()  # the writer may have something to send
         self._progress = _Signal()  # bytes left the queues, or a stream went away
+        self._shed = trio.Event()  # the server asked this connection to go
+        self._shed_reason: str | None = None
 
     @property
     def buffered_bytes(self) -> int:
@@ -123,6 +129,14 @@ class GrpcConnection:
         Returns normally in every peer-caused case; the reason is logged and kept in
         :attr:`close_reason`.
         """
+        with contextlib.ExitStack() as stack:
+            if self.conn is None:
+                self.conn = stack.enter_context(self.ctx.registry.track(self.peer))
+            self.conn.protocol = "grpc"
+            self.conn.graceful_close = self.shed
+            await self._run(prefix)
+
+    async def _run(self, prefix: bytes) -> None:
         try:
             await self._serve(prefix)
         except Exception:
@@ -237,8 +251,8 @@ class GrpcConnection:
         if head.timeout is not None:
             s.cancel_scope.deadline = trio.current_time() + head.timeout
         self.streams[stream_id] = s
-        if self.ctx.draining.is_set():
-            s.end(StatusCode.UNAVAILABLE, "server is shutting down")
+        if self._shed.is_set() or self.ctx.draining.is_set():
+            s.end(StatusCode.UNAVAILABLE, self._shed_reason or "server is shutting down")
         self._nursery.start_soon(self._run_stream, s)
 
     # --- one stream ---------------------------------------------------------------------
@@ -276,7 +290,8 @@ class GrpcConnection:
         ending: tuple[StatusCode, str, bool] | None = (StatusCode.OK, "", False)
         try:
             with s.cancel_scope:
-                await serve_sync(s, self.ctx, peer=self.peer)
+                assert self.conn is not None
+                await serve_sync(s, self.ctx, self.conn)
             if s.cancel_scope.cancelled_caught:
                 if s.reset_by_peer:
                     ending = None
@@ -350,14 +365,28 @@ class GrpcConnection:
             self._poke.fire()
             self._goaway_sent.set()
 
+    def shed(self, reason: str) -> None:
+        """The server wants this connection gone (rebalancing, drain): GOAWAY, then end
+        every stream with UNAVAILABLE after what is queued, so clients reconnect cleanly."""
+        if self._shed_reason is None:
+            self._shed_reason = reason
+            self._shed.set()
+
     async def _watch_drain(self) -> None:
-        await self.ctx.draining.wait()
+        async with trio.open_nursery() as nursery:
+            async def on_draining() -> None:
+                await self.ctx.draining.wait()
+                self.shed("server is shutting down")
+            nursery.start_soon(on_draining)
+            await self._shed.wait()
+            nursery.cancel_scope.cancel()
+        reason = self._shed_reason or "server is shutting down"
         self._goaway()
         for s in list(self.streams.values()):
-            s.end(StatusCode.UNAVAILABLE, "server is shutting down")
+            s.end(StatusCode.UNAVAILABLE, reason)
         with trio.move_on_after(self.settings.drain_timeout) as cs:
             await self._streams_gone()
-        self._finish("server drained the connection" if not cs.cancelled_caught
+        self._finish(f"server closed the connection: {reason}" if not cs.cancelled_caught
                      else f"server drain timeout ({self.settings.drain_timeout:g}s)")
 
     async def _close_after_goaway(self) -> None:
@@ -383,11 +412,12 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
 
 
 async def serve_h2_connection(stream: trio.abc.Stream, ctx: ServerContext, *,
-                              prefix: bytes = b"", peer: str = "") -> None:
+                              prefix: bytes = b"", peer: str = "",
+                              conn: Connection | None = None) -> None:
     """Serve gRPC (the typha.v1.Sync service) on an accepted HTTP/2 connection.
 
     ``prefix`` holds bytes the listener already read while sniffing the protocol (the
     start of the HTTP/2 client preface).  Returns when the connection is over, whatever
     the peer did; it is closed on return.
     """
-    await GrpcConnection(stream, ctx, peer=peer).run(prefix)
+    await GrpcConnection(stream, ctx, peer=peer, conn=conn).run(prefix)

@@ -18,7 +18,8 @@ from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
 from ...cache.build import build_once
 from ...observe.metrics import SyncerMetrics
-from ...server.context import ServerContext, SessionInfo
+from ...server.connections import Connection, Session, State
+from ...server.context import ServerContext
 from . import messages
 from .session import SyncSession
 from .status import GrpcError, StatusCode
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 class MessageStream(Protocol):
     """One accepted gRPC stream, as the connection hands it to a handler."""
 
-    #: Cancelling it ends the session with UNAVAILABLE (registered in ctx.sessions).
+    #: Cancelling it ends the session with UNAVAILABLE (registered in ctx.registry).
     cancel_scope: trio.CancelScope
 
     async def receive(self) -> bytes | None:
@@ -41,8 +42,9 @@ class MessageStream(Protocol):
         ...
 
 
-async def serve_sync(stream: MessageStream, ctx: ServerContext, *, peer: str = "") -> None:
-    """Run one Sync session until the client goes away or a :class:`GrpcError` ends it."""
+async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection) -> None:
+    """Run one Sync session of ``conn`` until the client goes away or a :class:`GrpcError`
+    ends it; the session is in ``ctx.registry`` while it runs."""
     settings = ctx.settings.normalized()
     session = SyncSession(settings)
     with trio.move_on_after(settings.handshake_timeout):
@@ -59,35 +61,33 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, *, peer: str = "
         raise GrpcError(StatusCode.INVALID_ARGUMENT,
                         f"syncer_type {start.syncer_type!r} is not served here")
 
-    conn_id = ctx.next_conn_id()
-    info = SessionInfo(conn_id, "grpc", peer, start.syncer_type, start.hostname,
-                       cancel_scope=stream.cancel_scope)
-    ctx.sessions[conn_id] = info
-    log.info("gRPC sync session %#x from %s: hostname=%r syncer=%s client version=%r info=%r",
-             conn_id, peer, start.hostname, start.syncer_type, start.version, start.info)
     metrics = ctx.syncer_metrics(feed.syncer_type)
-    streaming = False
-    try:
+    with ctx.registry.session(conn, "grpc", syncer_type=start.syncer_type,
+                              hostname=start.hostname, client_version=start.version,
+                              cancel_scope=stream.cancel_scope, feed=feed,
+                              state=State.SNAPSHOT) as info:
+        log.info("gRPC sync session %#x from %s: hostname=%r syncer=%s client version=%r "
+                 "info=%r", info.id, conn.peer, start.hostname, start.syncer_type,
+                 start.version, start.info)
         started = trio.current_time()
-        crumb = await _send_snapshot(stream, ctx, session, feed, conn_id, info)
+        crumb = await _send_snapshot(stream, ctx, session, feed, info)
         metrics.snapshot_send_secs.observe(trio.current_time() - started)
         metrics.streaming.inc()
-        streaming = True
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_acks, stream, session, metrics)
-            nursery.start_soon(_watch_pongs, session)
-            nursery.start_soon(_send_pings, stream, session, info)
-            await _send_updates(stream, session, feed, crumb, info, conn_id, metrics)
-    finally:
-        del ctx.sessions[conn_id]
-        if streaming:
+        info.state = State.STREAMING
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_read_acks, stream, session, metrics)
+                nursery.start_soon(_watch_pongs, session)
+                nursery.start_soon(_send_pings, stream, session, info)
+                await _send_updates(stream, session, feed, crumb, info, metrics)
+        finally:
             metrics.streaming.dec()
 
 
 async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
-                         feed: CacheFeed, conn_id: int, info: SessionInfo) -> Breadcrumb:
+                         feed: CacheFeed, info: Session) -> Breadcrumb:
     crumb = feed.snapshot_point()
-    out = [messages.header_message(conn_id=conn_id, server_version=ctx.version or BUILD_VERSION,
+    out = [messages.header_message(conn_id=info.id, server_version=ctx.version or BUILD_VERSION,
                                    syncer_type=feed.syncer_type, status=crumb.status)]
     batch = session.settings.max_message_size
     out += await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
@@ -95,16 +95,16 @@ async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: Syn
     out.append(messages.finished_message(crumb))
     for message in out:
         await stream.send(message)
-        info.bytes_sent += len(message)
+        info.sent(len(message))
+    info.reached(crumb.seq, crumb.timestamp)
     session.snapshot_sent(crumb.status, trio.current_time())
-    log.debug("gRPC session %#x: snapshot of %d KVs at seq %d sent", conn_id,
+    log.debug("gRPC session %#x: snapshot of %d KVs at seq %d sent", info.id,
               len(crumb.snapshot()), crumb.seq)
     return crumb
 
 
 async def _send_updates(stream: MessageStream, session: SyncSession, feed: CacheFeed,
-                        crumb: Breadcrumb, info: SessionInfo, conn_id: int,
-                        metrics: SyncerMetrics) -> None:
+                        crumb: Breadcrumb, info: Session, metrics: SyncerMetrics) -> None:
     """Follow the breadcrumbs forever: one update message per breadcrumb, then its status."""
     while True:
         nxt = await feed.wait_next(crumb)
@@ -115,20 +115,21 @@ async def _send_updates(stream: MessageStream, session: SyncSession, feed: Cache
         if session.check_fall_behind(nxt, feed.latest, now):
             metrics.grace_used.inc()
             log.info("gRPC session %#x fell more than %gs behind; tolerated during the "
-                     "new-client grace period", conn_id, session.settings.max_fall_behind)
+                     "new-client grace period", info.id, session.settings.max_fall_behind)
         for message in session.messages_for(nxt):
             await stream.send(message)
-            info.bytes_sent += len(message)
+            info.sent(len(message))
+        info.reached(nxt.seq, nxt.timestamp)
         crumb = nxt
 
 
-async def _send_pings(stream: MessageStream, session: SyncSession, info: SessionInfo) -> None:
+async def _send_pings(stream: MessageStream, session: SyncSession, info: Session) -> None:
     # Messages are queued whole, so pings and updates interleave only between messages.
     while True:
         await trio.sleep_until(session.next_ping_at)
         message = session.ping(trio.current_time(), time.time_ns())
         await stream.send(message)
-        info.bytes_sent += len(message)
+        info.sent(len(message))
 
 
 async def _read_acks(stream: MessageStream, session: SyncSession,
