@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _common import cpu_seconds, percentiles, report, rss_peak_mib  # noqa: E402
 
+from testbed.cluster import cluster_objects  # noqa: E402
 from trio_typha.model import kinds as K  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -71,19 +71,6 @@ async def send_json(stream: trio.abc.SendStream, obj: dict[str, Any]) -> None:
 
 
 # --- the API server child -----------------------------------------------------------------------
-
-def cluster_objects(size: str, group: str) -> Iterable[tuple[K.ResourceKind, dict[str, Any]]]:
-    """The synthetic cluster as (kind, object) pairs, Calico objects moved into ``group``."""
-    from trio_typha.datastore.synthetic import generate
-
-    for obj in generate(size):
-        if obj["apiVersion"] == f"{K.CALICO_V3_GROUP}/v3":
-            kind = K.calico_kind(obj["kind"], group)
-            obj = {**obj, "apiVersion": kind.api_version}
-        else:
-            kind = K.kind_for(obj["apiVersion"], obj["kind"])
-        yield kind, obj
-
 
 async def serve_apiserver(size: str, group: str) -> None:
     from testbed.apiserver import ApiServer

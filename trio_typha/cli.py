@@ -66,7 +66,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="set any Typha parameter by name, e.g. --set ServerPingIntervalSecs=5")
 
     c = sub.add_parser("client", help="debugging client: snapshot, in-sync, then updates")
-    c.add_argument("--addr", default="127.0.0.1:5473", help="HOST:PORT of the server")
+    c.add_argument("--addr", default="127.0.0.1:5473",
+                   help="HOST:PORT of the server (comma-separated: tried in turn)")
+    c.add_argument("--k8s-service", metavar="NAME", help="discover Typha from this Service's "
+                   "EndpointSlices (Felix's TyphaK8sServiceName; uses KUBECONFIG)")
+    c.add_argument("--k8s-namespace", default="kube-system")
+    c.add_argument("--node-name", default="", help="prefer Typhas on this node")
+    c.add_argument("--srv", metavar="NAME", help="discover Typha from DNS SRV records")
+    c.add_argument("--dns-server", metavar="HOST:PORT", help="for --srv (default: resolv.conf)")
+    c.add_argument("--startup-delay-max", type=float, default=0.0, metavar="SECONDS",
+                   help="wait a random 0..SECONDS before connecting")
     c.add_argument("--syncer", default="felix", choices=SYNCER_TYPES)
     c.add_argument("--protocol", default="typha", choices=("typha", "grpc"),
                    help="Typha's gob protocol (as calico-node) or the gRPC Sync service")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import ssl
 import sys
 from typing import Any
@@ -16,6 +17,15 @@ import trio
 
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..protocols.grpc.status import GrpcError
+from .discovery import (
+    Discovery,
+    DiscoveryError,
+    EndpointSliceDiscovery,
+    SrvDiscovery,
+    StaticDiscovery,
+    TyphaAddress,
+    parse_address,
+)
 from .typha import TyphaClient, TyphaDisconnected
 from .view import SyncView
 
@@ -104,23 +114,53 @@ async def _run_typha(args: argparse.Namespace, host: str, port: int, rep: Report
             return
 
 
+async def _candidates(args: argparse.Namespace) -> list[TyphaAddress]:
+    """Where to connect, by the same discovery code the fleet's agents use."""
+    rng = random.Random()
+    discovery: Discovery
+    if args.srv:
+        server = parse_address(args.dns_server, 53) if args.dns_server else None
+        discovery = SrvDiscovery(args.srv, rng=rng,
+                                 server=(server.host, server.port) if server else None)
+    elif args.k8s_service:
+        from ..datastore.k8s_api import KubeApi
+        from ..datastore.k8s_config import load_kube_client_config
+        async with KubeApi(load_kube_client_config(), request_timeout=10.0) as api:
+            return await EndpointSliceDiscovery(
+                api, service=args.k8s_service, namespace=args.k8s_namespace,
+                node_name=args.node_name, rng=rng).discover()
+    else:
+        discovery = StaticDiscovery([parse_address(a) for a in args.addr.split(",") if a])
+    return await discovery.discover()
+
+
 async def run_client(args: argparse.Namespace) -> int:
-    host, _, port_s = args.addr.rpartition(":")
     try:
-        port = int(port_s)
-    except ValueError:
-        print(f"trio-typha client: --addr {args.addr!r}: expected HOST:PORT", file=sys.stderr)
+        if args.startup_delay_max > 0:
+            await trio.sleep(random.uniform(0, args.startup_delay_max))
+        candidates = await _candidates(args)
+    except ValueError as exc:
+        print(f"trio-typha client: --addr: {exc}", file=sys.stderr)
         return 2
+    except DiscoveryError as exc:
+        print(f"trio-typha client: discovery failed: {exc}", file=sys.stderr)
+        return 1
     rep = Reporter(args)
     run = _run_grpc if args.protocol == "grpc" else _run_typha
-    try:
-        await run(args, host.strip("[]") or "127.0.0.1", port, rep)
-    except (GrpcError, TyphaDisconnected) as exc:
-        print(f"trio-typha client: stream ended: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"trio-typha client: cannot connect to {args.addr}: {exc}", file=sys.stderr)
-        return 1
+    for i, address in enumerate(candidates):
+        try:
+            await run(args, address.host, address.port, rep)
+            break
+        except (GrpcError, TyphaDisconnected) as exc:
+            if rep.view.status is SyncStatus.WAIT_FOR_DATASTORE and i + 1 < len(candidates):
+                continue  # never got going on this one: try the next, as Felix does
+            print(f"trio-typha client: stream ended: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:
+            if i + 1 < len(candidates):
+                continue
+            print(f"trio-typha client: cannot connect to {address}: {exc}", file=sys.stderr)
+            return 1
     if args.once and rep.synced_at is None:
         print("trio-typha client: connection ended before in-sync", file=sys.stderr)
         return 1

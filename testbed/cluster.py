@@ -1,0 +1,93 @@
+"""The demo's cluster in the test bed API server: a synthetic cluster plus the Typha Service.
+
+``cluster_objects`` yields the synthetic cluster (``trio_typha.datastore.synthetic``) as the
+API server stores it, Calico objects moved into the served Calico API group.
+``typha_service`` / ``typha_endpoint_slice`` build the ``calico-typha`` Service and its
+EndpointSlice the way the manifests and the EndpointSlice controller would (one TCP port named
+``calico-typha``, label ``kubernetes.io/service-name``, one endpoint per replica with its node
+and readiness), so agents discover the replicas exactly as calico-node would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trio_typha.client.discovery import SERVICE_NAME_LABEL, TYPHA_PORT_NAME
+from trio_typha.model import kinds as K
+
+TYPHA_SERVICE = "calico-typha"
+TYPHA_NAMESPACE = "kube-system"
+
+
+def cluster_objects(size: str, group: str = K.CALICO_CRD_GROUP
+                    ) -> Iterator[tuple[K.ResourceKind, dict[str, Any]]]:
+    """The synthetic cluster as (kind, object) pairs, Calico objects moved into ``group``."""
+    from trio_typha.datastore.synthetic import generate
+
+    for obj in generate(size):
+        if obj["apiVersion"] == f"{K.CALICO_V3_GROUP}/v3":
+            kind = K.calico_kind(obj["kind"], group)
+            obj = {**obj, "apiVersion": kind.api_version}
+        else:
+            kind = K.kind_for(obj["apiVersion"], obj["kind"])
+        yield kind, obj
+
+
+def load_cluster(store: Any, size: str, group: str = K.CALICO_CRD_GROUP) -> int:
+    """Write the synthetic cluster straight into a test bed ``Store``; the object count."""
+    count = 0
+    with store.bulk():
+        for kind, obj in cluster_objects(size, group):
+            store.create(kind, obj)
+            count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One Typha replica as its EndpointSlice endpoint describes it."""
+
+    name: str  # pod name
+    ip: str
+    port: int
+    node: str
+    ready: bool = True
+
+
+def typha_service(port: int = 5473, *, namespace: str = TYPHA_NAMESPACE) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": TYPHA_SERVICE, "namespace": namespace,
+                     "labels": {"k8s-app": TYPHA_SERVICE}},
+        "spec": {"selector": {"k8s-app": TYPHA_SERVICE}, "type": "ClusterIP",
+                 "clusterIP": "10.96.0.50", "clusterIPs": ["10.96.0.50"],
+                 "ports": [{"name": TYPHA_PORT_NAME, "port": port, "protocol": "TCP",
+                            "targetPort": TYPHA_PORT_NAME}]},
+    }
+
+
+def typha_endpoint_slice(replicas: Sequence[Replica], *, name: str = f"{TYPHA_SERVICE}-demo",
+                         namespace: str = TYPHA_NAMESPACE) -> dict[str, Any]:
+    """One slice for ``replicas``.  Every replica must listen on the same port, as pods of one
+    Deployment do; the demo's replicas share 127.0.0.0/8 with distinct loopback addresses."""
+    ports = {r.port for r in replicas}
+    if len(ports) > 1:
+        raise ValueError(f"replicas of one EndpointSlice must share a port, got {sorted(ports)}")
+    return {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {SERVICE_NAME_LABEL: TYPHA_SERVICE,
+                                "endpointslice.kubernetes.io/managed-by":
+                                    "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4",
+        "ports": [{"name": TYPHA_PORT_NAME, "port": ports.pop() if ports else 5473,
+                   "protocol": "TCP"}],
+        "endpoints": [{"addresses": [r.ip], "nodeName": r.node,
+                       "conditions": {"ready": r.ready, "serving": r.ready,
+                                      "terminating": False},
+                       "targetRef": {"kind": "Pod", "namespace": namespace, "name": r.name}}
+                      for r in replicas],
+    }
+
