@@ -159,7 +159,8 @@ class Daemon:
                         cfg.max_connections_upper_limit)
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
-                              wake_interval=cfg.cache_wake_interval_secs)
+                              wake_interval=cfg.cache_wake_interval_secs,
+                              max_fall_behind=self.settings.max_fall_behind)
                  for t in self.syncer_types}
         self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION,
                                  metrics=self.metrics, registry=self.connections)
@@ -167,13 +168,15 @@ class Daemon:
             sm = self.ctx.syncer_metrics(syncer_type)
             feed.on_wait = (lambda blocked, sm=sm:
                             (sm.breadcrumb_block if blocked else sm.breadcrumb_non_block).inc())
+            feed.on_round = sm.broadcast_round
+            self.metrics.cache_staleness.labels(syncer=syncer_type).set_function(
+                lambda f=feed: f.staleness(trio.current_time()))
         validator = _validator()
         async with trio.open_nursery() as nursery:
             if self.handle_signals:
                 nursery.start_soon(self._signals)
-            if cfg.cache_wake_interval_secs > 0:
-                for feed in feeds.values():
-                    await nursery.start(feed.run_waker)
+            for feed in feeds.values():
+                await nursery.start(feed.run_broadcast)
             log.info("Starting the datastore Syncer/cache layer")
             for syncer_type, feed in feeds.items():
                 definition = syncer_definition(syncer_type, **self._definition_args)

@@ -38,7 +38,7 @@ async def test_coalesced_wake(autojump_clock) -> None:
     feed = CacheFeed("felix", wake_interval=1.0)
     woken: list[tuple[float, int]] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(feed.run_waker)
+        await nursery.start(feed.run_broadcast)
         nursery.start_soon(follow, feed, 4, woken)
         await trio.testing.wait_all_tasks_blocked()
         start = trio.current_time()

@@ -29,13 +29,17 @@ class SnapshotUnavailable(RuntimeError):
 class Breadcrumb:
     """One published step of the cache; immutable once published except for ``next``."""
 
-    __slots__ = ("seq", "timestamp", "updates", "status", "next", "_kvs", "_snapshot", "_memo",
-                 "__weakref__")
+    __slots__ = ("seq", "timestamp", "origin", "updates", "status", "next", "_kvs", "_snapshot",
+                 "_memo", "__weakref__")
 
     def __init__(self, seq: int, timestamp: float, updates: tuple[SerializedUpdate, ...],
-                 status: SyncStatus, kvs: dict[str, SerializedUpdate] | None) -> None:
+                 status: SyncStatus, kvs: dict[str, SerializedUpdate] | None,
+                 origin: float | None = None) -> None:
         self.seq = seq
         self.timestamp = timestamp
+        #: When the oldest datastore event behind these updates was received (<= timestamp):
+        #: how stale a client is that has not got this breadcrumb yet.
+        self.origin = timestamp if origin is None else min(origin, timestamp)
         self.updates = updates
         self.status = status
         self.next: Breadcrumb | None = None
@@ -97,8 +101,12 @@ class SnapshotCache:
         """A copy of the current key -> value map (for checks and introspection)."""
         return {k: u.value for k, u in self._kvs.items()}
 
-    def apply(self, updates: Iterable[SerializedUpdate], now: float) -> list[Breadcrumb]:
-        """Apply a batch of updates; return the breadcrumbs published (possibly none)."""
+    def apply(self, updates: Iterable[SerializedUpdate], now: float,
+              origin: float | None = None) -> list[Breadcrumb]:
+        """Apply a batch of updates; return the breadcrumbs published (possibly none).
+
+        ``origin`` is when the oldest datastore event behind them was received.
+        """
         kept: list[SerializedUpdate] = []
         kvs = self._kvs
         for upd in updates:
@@ -115,7 +123,8 @@ class SnapshotCache:
                 kept.append(upd)
         published = []
         for i in range(0, len(kept), self.max_batch_size):
-            published.append(self._publish(tuple(kept[i:i + self.max_batch_size]), now))
+            published.append(self._publish(tuple(kept[i:i + self.max_batch_size]), now,
+                                           origin))
         return published
 
     def set_status(self, status: SyncStatus, now: float) -> Breadcrumb | None:
@@ -139,13 +148,14 @@ class SnapshotCache:
         self._last_snapshot = self.latest
         return self.latest
 
-    def _publish(self, updates: tuple[SerializedUpdate, ...], now: float) -> Breadcrumb:
+    def _publish(self, updates: tuple[SerializedUpdate, ...], now: float,
+                 origin: float | None = None) -> Breadcrumb:
         last = self._last_snapshot
         if last is not None and now - last.timestamp > self._snapshot_max_age:
             # Too old to reuse: let it (and the chain after it) go once clients are done.
             self._last_snapshot = None
         prev = self.latest
-        crumb = Breadcrumb(prev.seq + 1, now, updates, self.status, self._kvs)
+        crumb = Breadcrumb(prev.seq + 1, now, updates, self.status, self._kvs, origin)
         prev._kvs = None
         prev.next = crumb
         self.latest = crumb

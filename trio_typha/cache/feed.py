@@ -1,4 +1,5 @@
-"""Trio shell around the snapshot cache: publishes breadcrumbs and wakes waiting clients."""
+"""Trio shell around the snapshot cache: publishes breadcrumbs, runs the broadcast rounds for
+caught-up clients and wakes the writers of the others."""
 
 from __future__ import annotations
 
@@ -8,26 +9,38 @@ import trio
 
 from ..model.kv import SerializedUpdate, SyncStatus
 from .core import Breadcrumb, SnapshotCache
+from .fanout import Broadcast, RoundResult
 
 
 class CacheFeed:
     """One syncer type's cache as clients see it: a snapshot point, then ``wait_next``.
 
-    Waking is one shared :class:`trio.Event` per publication, so a publish costs O(1) no
-    matter how many clients wait, and nobody polls.
+    Clients that are caught up sit in :attr:`broadcast` and get each publication from one
+    round of non-blocking sends (:meth:`run_broadcast`), without a task wake-up each.  The
+    others wait on one shared :class:`trio.Event` per publication, so a publish costs O(1)
+    no matter how many clients wait, and nobody polls.
     """
 
     def __init__(self, syncer_type: str, *, max_batch_size: int = 100,
-                 snapshot_reuse_age: float = 0.0, wake_interval: float = 0.0) -> None:
+                 snapshot_reuse_age: float = 0.0, wake_interval: float = 0.0,
+                 max_fall_behind: float = 300.0, round_max_updates: int = 10000) -> None:
         self.syncer_type = syncer_type
         self.cache = SnapshotCache(max_batch_size=max_batch_size, now=trio.current_time())
         self.snapshot_reuse_age = snapshot_reuse_age
         self._published = trio.Event()
         self._in_sync = trio.Event()
         self.wake_interval = wake_interval
-        self._dirty = trio.Event()
         #: Called with True when a client had to wait for the next breadcrumb, else False.
         self.on_wait: Callable[[bool], None] | None = None
+        self.broadcast = Broadcast(max_updates=round_max_updates, max_age=max_fall_behind)
+        #: True while :meth:`run_broadcast` runs; until then every client uses its writer.
+        self.broadcasting = False
+        #: Called after each broadcast round (metrics).
+        self.on_round: Callable[[RoundResult], None] | None = None
+        self._round_due = trio.Event()
+        #: When the oldest datastore event not yet in this cache was received (None: none
+        #: is pending); set by the pipeline that feeds the cache.
+        self.pending_since: Callable[[], float | None] = lambda: None
 
     @property
     def latest(self) -> Breadcrumb:
@@ -37,8 +50,19 @@ class CacheFeed:
     def status(self) -> SyncStatus:
         return self.cache.status
 
-    def apply(self, updates: Iterable[SerializedUpdate]) -> list[Breadcrumb]:
-        crumbs = self.cache.apply(updates, trio.current_time())
+    def staleness(self, now: float) -> float:
+        """Age of the oldest datastore event not yet in the cache (0 if none is pending)."""
+        since = self.pending_since()
+        return 0.0 if since is None else max(now - since, 0.0)
+
+    def client_age(self, crumb: Breadcrumb, now: float) -> float:
+        """How stale a client is whose next breadcrumb to get is ``crumb``: since the oldest
+        event behind it was received, or the oldest event still upstream if that is older."""
+        return max(now - crumb.origin, self.staleness(now))
+
+    def apply(self, updates: Iterable[SerializedUpdate],
+              origin: float | None = None) -> list[Breadcrumb]:
+        crumbs = self.cache.apply(updates, trio.current_time(), origin)
         if crumbs:
             self._wake()
         return crumbs
@@ -66,26 +90,43 @@ class CacheFeed:
 
     def _wake(self) -> None:
         if self.wake_interval > 0:
-            self._dirty.set()  # run_waker releases the waiters
+            self._round_due.set()  # run_broadcast releases the waiters too
         else:
             self._release()
+            if self.broadcast:
+                self._round_due.set()
 
     def _release(self) -> None:
         self._published.set()
         self._published = trio.Event()
 
-    async def run_waker(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                        ) -> None:
-        """With a wake interval, release waiting clients at most once per interval.
+    async def run_broadcast(self, *,
+                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                            ) -> None:
+        """Write each publication to the caught-up clients, one round at a time.
 
-        The first change after a quiet spell is released at once; later ones within the
-        interval wait for its end, so every client then sends several breadcrumbs in one
-        write.  With thousands of clients that turns per-update socket writes into
-        per-interval ones, at the cost of at most one interval of extra delay.
+        Batching adapts to load: a round carries everything published since the previous
+        one, so when publications come faster than a round takes, each client gets them
+        in one write.  Before a round the broadcaster yields once, so the datastore
+        watchers and pipelines that are ready to run go first and their output joins it.
+
+        With a wake interval, waiting writers and rounds are released at most once per
+        interval (the first change after a quiet spell at once): an upper bound on the
+        write rate for operators, no longer needed to keep up.
         """
+        self.broadcasting = True
         task_status.started()
-        while True:
-            await self._dirty.wait()
-            self._dirty = trio.Event()
-            self._release()
-            await trio.sleep(self.wake_interval)
+        try:
+            while True:
+                await self._round_due.wait()
+                await trio.lowlevel.checkpoint()  # watchers and pipelines first
+                self._round_due = trio.Event()
+                if self.wake_interval > 0:
+                    self._release()
+                result = self.broadcast.round(self.cache.latest)
+                if self.on_round is not None:
+                    self.on_round(result)
+                if self.wake_interval > 0:
+                    await trio.sleep(self.wake_interval)
+        finally:
+            self.broadcasting = False

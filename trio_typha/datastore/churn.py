@@ -14,6 +14,7 @@ import time
 import trio
 
 from ..model import kinds as K
+from ..model.kinds import ResourceKind
 from .memory import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,15 @@ class Churn:
         self.policy_fraction = policy_fraction
         self.rng = random.Random(seed)
         self.writes = 0
+        self._named: dict[ResourceKind, list[tuple[str, str]]] = {}
+
+    def _names(self, kind: ResourceKind) -> list[tuple[str, str]]:
+        """The objects of ``kind`` by (namespace, name), listed again only when their number
+        changes (listing 10,000 pods per write would cost more than the write)."""
+        names = self._named.get(kind)
+        if names is None or len(names) != self.store.count(kind):
+            names = self._named[kind] = [(ns, n) for ns, n, _ in self.store.list(kind)]
+        return names
 
     def step(self) -> None:
         """Make one change (synchronous)."""
@@ -40,11 +50,14 @@ class Churn:
             kind = K.K8S_NETWORK_POLICY
         else:
             kind = K.POD
-        objs = self.store.list(kind)
-        if not objs:
+        names = self._names(kind)
+        if not names:
             return
-        _ns, _name, obj = objs[self.rng.randrange(len(objs))]
-        obj = copy.deepcopy(obj)
+        ns, name = names[self.rng.randrange(len(names))]
+        current = self.store.get(kind, ns, name)
+        if current is None:
+            return
+        obj = copy.deepcopy(current)
         if kind is K.POD:
             obj["metadata"].setdefault("labels", {})[CHURN_LABEL] = str(time.time_ns())
         else:

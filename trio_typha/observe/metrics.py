@@ -7,12 +7,16 @@ one process.  Per-syncer series exist for all four syncer types from the start, 
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.utils import floatToGoString
 
 from ..model.kv import SYNCER_TYPES
+
+if TYPE_CHECKING:
+    from ..cache.fanout import RoundResult
 
 
 class Metrics:
@@ -91,6 +95,9 @@ class Metrics:
         self.breadcrumb_size = Summary(
             "typha_breadcrumb_size", "Number of KVs recorded in each breadcrumb.", ["syncer"],
             registry=r)
+        self.cache_staleness = Gauge(
+            "trio_typha_cache_pending_event_age_secs", "Age of the oldest datastore event "
+            "that is not in the cache yet (0 when none is pending).", ["syncer"], registry=r)
         self.logs_dropped = Counter(
             "typha_logs_dropped", "Number of logs dropped because the output stream was "
             "blocked.", registry=r)
@@ -142,6 +149,17 @@ def _escape_label(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
+def observe_many(summary: Any, value: float, count: int) -> None:
+    """``count`` observations of ``value`` on a Summary child, in O(1).
+
+    prometheus-client has no bulk observe; its Summary keeps exactly a count and a sum, so
+    this adds to both (a broadcast round delivers to a thousand clients at once).
+    """
+    if count > 0:
+        summary._count.inc(count)
+        summary._sum.inc(value * count)
+
+
 class SyncerMetrics:
     """The per-syncer series a client session updates, bound to their label once."""
 
@@ -158,3 +176,10 @@ class SyncerMetrics:
         self.snapshot_compressed_bytes = m.snapshot_compressed_bytes.labels(syncer=syncer)
         self.breadcrumb_block = m.breadcrumb_block.labels(syncer=syncer)
         self.breadcrumb_non_block = m.breadcrumb_non_block.labels(syncer=syncer)
+
+    def broadcast_round(self, result: RoundResult) -> None:
+        """A broadcast round's deliveries, counted as the writers count theirs."""
+        for d in result.delivered:
+            observe_many(self.kvs_per_msg, sum(len(c.updates) for c in d.crumbs), d.clients)
+            observe_many(self.client_latency, 0.0, d.clients)  # caught up: at the newest
+            self.breadcrumb_block.inc(d.clients)

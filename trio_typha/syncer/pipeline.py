@@ -4,13 +4,20 @@ The datastore side and the cache side are joined by a bounded memory channel (Ty
 "decoupler"): a burst from the datastore is drained in one go and folded into breadcrumbs of
 at most ``SnapshotCacheMaxBatchSize`` updates, and a slow cache pushes back on the watcher
 instead of buffering without bound.
+
+Every event is stamped with trio's clock as the datastore side hands it over, so the age of
+the oldest event not yet in the cache is known (:meth:`CacheFeed.staleness`): exported as a
+metric, logged past :data:`STALE_WARNING_SECS`, carried into each breadcrumb (``origin``)
+and so counted in every client's fall-behind rule.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 import trio
 
@@ -25,6 +32,39 @@ from .tracker import SourceTracker
 log = logging.getLogger(__name__)
 
 Validator = Callable[[list[SerializedUpdate]], list[SerializedUpdate]]
+
+#: Log a warning while the oldest datastore event not yet in the cache is older than this.
+STALE_WARNING_SECS = 5.0
+#: ... and repeat it at most this often while it stays so.
+STALE_LOG_INTERVAL = 30.0
+
+
+class _StampedSender(trio.abc.SendChannel[DatastoreEvent]):
+    """The datastore's end of the decoupler: notes when each event was handed over."""
+
+    def __init__(self, inner: trio.MemorySendChannel[DatastoreEvent],
+                 stamps: deque[float]) -> None:
+        self._inner = inner
+        self._stamps = stamps
+
+    async def send(self, value: DatastoreEvent) -> None:
+        stamp = trio.current_time()  # before waiting for room: waiting is staleness too
+        self._stamps.append(stamp)
+        try:
+            await self._inner.send(value)
+        except BaseException:
+            self._stamps.remove(stamp)
+            raise
+
+    def send_nowait(self, value: DatastoreEvent) -> None:
+        self._inner.send_nowait(value)
+        self._stamps.append(trio.current_time())
+
+    def clone(self) -> _StampedSender:
+        return _StampedSender(self._inner.clone(), self._stamps)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _no_validation(updates: list[SerializedUpdate]) -> list[SerializedUpdate]:
@@ -58,14 +98,21 @@ class SyncerPipeline:
         self.pending_kinds: set[ResourceKind] = set(definition.kinds)
         self.failing: dict[ResourceKind | None, str] = {}
         self.denied: set[ResourceKind | None] = set()
+        # When each event still in the decoupler (or being sent into it) was handed over.
+        self._stamps: deque[float] = deque()
+        feed.pending_since = lambda: self._stamps[0] if self._stamps else None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        send, recv = trio.open_memory_channel[DatastoreEvent](self.channel_size)
+        inner, recv = trio.open_memory_channel[DatastoreEvent](self.channel_size)
+        # Datastores only call send() on it; typed as the memory channel they expect.
+        send = cast(trio.MemorySendChannel[DatastoreEvent],
+                    _StampedSender(inner, self._stamps))
         log.info("Starting syncer pipeline syncerType=%s kinds=%d datastore=%s",
                  self.syncer_type, len(self.definition.kinds), self.datastore.name)
         self._publish(self.tracker.static_updates())
         async with trio.open_nursery() as nursery:
+            await nursery.start(self._watch_staleness)
             await nursery.start(self.datastore.watch, self.definition.kinds, send)
             log.info("Started syncer pipeline syncerType=%s", self.syncer_type)
             task_status.started()
@@ -88,10 +135,37 @@ class SyncerPipeline:
                     batch.append(recv.receive_nowait())
                 except trio.WouldBlock:
                     break
-            self.handle(batch)
+            origin = None
+            for _ in range(min(len(batch), len(self._stamps))):
+                stamp = self._stamps.popleft()
+                origin = stamp if origin is None else min(origin, stamp)
+            self.handle(batch, origin)
 
-    def handle(self, events: list[DatastoreEvent]) -> None:
-        """Apply one batch of datastore events (synchronous: the pipeline's pure step)."""
+    async def _watch_staleness(self, *,
+                               task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                               ) -> None:
+        """Log while the oldest event not yet in the cache is older than the threshold."""
+        task_status.started()
+        logged_at = -float("inf")
+        while True:
+            await trio.sleep(1.0)
+            now = trio.current_time()
+            age = self.feed.staleness(now)
+            if age > STALE_WARNING_SECS and now - logged_at >= STALE_LOG_INTERVAL:
+                logged_at = now
+                log.warning("Syncer %s: the oldest datastore event not yet in the cache "
+                            "was received %.1fs ago (%d events pending); clients are at "
+                            "least that stale", self.syncer_type, age, len(self._stamps))
+            elif age <= STALE_WARNING_SECS and logged_at > -float("inf"):
+                logged_at = -float("inf")
+                log.info("Syncer %s: the cache caught up with the datastore",
+                         self.syncer_type)
+
+    def handle(self, events: list[DatastoreEvent], origin: float | None = None) -> None:
+        """Apply one batch of datastore events (synchronous: the pipeline's pure step).
+
+        ``origin``: when the oldest of them was received from the datastore.
+        """
         updates: list[SerializedUpdate] = []
         became_synced = False
         for ev in events:
@@ -105,7 +179,7 @@ class SyncerPipeline:
                 self._connection(ev)
         if self.feed.status is SyncStatus.WAIT_FOR_DATASTORE:
             self.feed.set_status(SyncStatus.RESYNC_IN_PROGRESS)
-        self._publish(updates)
+        self._publish(updates, origin)
         if became_synced and self.feed.status is not SyncStatus.IN_SYNC:
             log.info("Received status update message from datastore. syncerType=%s "
                      "status=in-sync keys=%d", self.syncer_type, len(self.feed.cache))
@@ -126,12 +200,12 @@ class SyncerPipeline:
             log.warning("Datastore problem syncerType=%s kind=%s: %s", self.syncer_type,
                         ev.kind or "all", ev.reason)
 
-    def _publish(self, updates: list[SerializedUpdate]) -> None:
+    def _publish(self, updates: list[SerializedUpdate], origin: float | None = None) -> None:
         if not updates:
             return
         valid = self.validator(updates)
         before = self.feed.cache.dropped_noops
-        crumbs = self.feed.apply(valid)
+        crumbs = self.feed.apply(valid, origin)
         m = self.metrics
         if m is not None:
             m.updates_total.labels(syncer=self.syncer_type).inc(len(valid))

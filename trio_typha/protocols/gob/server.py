@@ -1,11 +1,15 @@
 """Trio shell for one Typha gob connection: a reader, one writer, a watchdog.
 
 The reader feeds the client's bytes to the :class:`~.session.ServerSession` and hands the
-resulting actions to the writer, which is the only task that writes to the socket.  After
-the handshake the writer follows the syncer's :class:`~trio_typha.cache.CacheFeed`: from the
-snapshot's breadcrumb it waits for the next one, and writes the bytes encoded once for that
-breadcrumb (shared by every client); a client that is behind gets several breadcrumbs in one
-write.  The watchdog enforces the session's deadlines (handshake, ACK, pong).
+resulting actions to the writer.  After the handshake the writer follows the syncer's
+:class:`~trio_typha.cache.CacheFeed` from the snapshot's breadcrumb, writing the bytes
+encoded once per breadcrumb (shared by every client); a client that is behind gets several
+breadcrumbs in one write.  Once it is caught up, a plain-TCP connection takes a seat at the
+syncer's broadcast (:mod:`trio_typha.cache.fanout`): the broadcast round then writes new
+breadcrumbs to its socket without waking this connection, until a send falls short, the
+next ping is due or the connection ends, and the socket is back with the writer.  At any
+moment exactly one of the two owns the socket (``_GobSeat.owner``).  The watchdog enforces
+the session's deadlines (handshake, ACK, pong).
 
 Any end the peer causes (EOF, reset, garbage, timeouts) closes this connection with one log
 line and :func:`serve_gob_connection` returns normally.
@@ -15,14 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import time
+from collections.abc import Sequence
 
 import trio
 
 from ... import BUILD_VERSION
 from ...cache import Breadcrumb, CacheFeed
 from ...cache.build import build_once
+from ...cache.fanout import Owner, Seat
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, State
 from ...server.context import ServerContext
@@ -78,6 +85,34 @@ async def serve_gob_connection(stream: trio.abc.Stream, ctx: ServerContext, *,
             # Not the peer's doing, but one connection must never take the server down.
             log.exception("Internal error serving Typha client %s (conn %#x)", conn.peer,
                           conn.id)
+
+
+class _GobSeat(Seat):
+    """A plain-TCP connection's seat at its syncer's broadcast."""
+
+    def __init__(self, conn: _GobConnection, fd: int) -> None:
+        super().__init__()
+        self._conn = conn
+        self._fd = fd
+        self.handed_back = trio.Event()
+
+    def key(self) -> object:
+        return self._conn.session.fanout_key()
+
+    def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
+        return self._conn.session.render(crumbs)
+
+    def commit(self, crumbs: Sequence[Breadcrumb], data: bytes) -> None:
+        self._conn.session.committed(crumbs)
+        self._conn.info.sent(len(data))
+        self._conn.info.reached(crumbs[-1].seq, crumbs[-1].timestamp)
+
+    def send_nowait(self, data: bytes | memoryview) -> int:
+        # The socket is non-blocking (trio's): a full buffer raises BlockingIOError.
+        return os.write(self._fd, data)
+
+    def wake(self) -> None:
+        self.handed_back.set()
 
 
 class _GobConnection:
@@ -215,35 +250,72 @@ class _GobConnection:
         first = session.status(crumb.status)
         if first:
             await self._write(first)
-        while True:
-            nxt: Breadcrumb | None = None
-            with trio.move_on_at(session.next_ping_at):
-                nxt = await feed.wait_next(crumb)
-            now = trio.current_time()
-            out: list[bytes] = []
-            if nxt is not None:
-                newest = feed.latest.timestamp
-                batch = collect_batch(nxt, newest, min_batching_age=settings.min_batching_age,
-                                      max_updates=settings.max_message_size)
-                for action in session.check_lag(newest - batch[0].timestamp, now):
-                    if isinstance(action, Close):
-                        raise _Drop(action.reason)
-                    if isinstance(action, GraceUsed):
-                        self._metrics().grace_used.inc()
-                        log.warning("Typha client %s (conn %#x) is %.1fs behind; tolerated "
-                                    "during its grace period", self.peer, self.conn_id,
-                                    action.age)
-                out.append(session.updates(batch))
-                crumb = batch[-1]
-                metrics = self._metrics()
-                metrics.client_latency.observe(max(newest - crumb.timestamp, 0.0))
-                metrics.kvs_per_msg.observe(sum(len(c.updates) for c in batch))
-            if session.ping_due(now):
-                out.append(session.ping(now, _wall_clock()))
-            data = b"".join(out)
-            if data:
-                await self._write(data, len(out))
-            self.info.reached(crumb.seq, crumb.timestamp)
+        seat = self._seat()
+        try:
+            while True:
+                if crumb.next is None:
+                    crumb = await self._idle(feed, seat, crumb)
+                now = trio.current_time()
+                out: list[bytes] = []
+                nxt = crumb.next
+                if nxt is not None:
+                    newest = feed.latest.timestamp
+                    batch = collect_batch(nxt, newest,
+                                          min_batching_age=settings.min_batching_age,
+                                          max_updates=settings.max_message_size)
+                    self._check_lag(feed.client_age(batch[0], now), now)
+                    out.append(session.updates(batch))
+                    crumb = batch[-1]
+                    metrics = self._metrics()
+                    metrics.client_latency.observe(max(newest - crumb.timestamp, 0.0))
+                    metrics.kvs_per_msg.observe(sum(len(c.updates) for c in batch))
+                if session.ping_due(now):
+                    out.append(session.ping(now, _wall_clock()))
+                data = b"".join(out)
+                if data:
+                    await self._write(data, len(out))
+                self.info.reached(crumb.seq, crumb.timestamp)
+        finally:
+            if seat is not None:
+                feed.broadcast.leave(seat)
+
+    async def _idle(self, feed: CacheFeed, seat: _GobSeat | None,
+                    crumb: Breadcrumb) -> Breadcrumb:
+        """Wait until there is more to write or a ping is due; return the position then.
+
+        A caught-up seat hands the socket to the broadcast meanwhile, and takes it back
+        (with what the broadcast wrote, and what it could not) before returning.
+        """
+        if seat is not None and feed.broadcasting and feed.broadcast.join(seat, crumb):
+            seat.handed_back = trio.Event()
+            with trio.move_on_at(self.session.next_ping_at):
+                await seat.handed_back.wait()
+            feed.broadcast.reclaim(seat)
+            assert seat.owner is Owner.WRITER and seat.crumb is not None
+            if seat.error is not None:
+                raise _Drop(f"write failed: {seat.error}")
+            if seat.pending:
+                pending, seat.pending = seat.pending, b""
+                await self._write(pending, counted=True)
+            return seat.crumb
+        with trio.move_on_at(self.session.next_ping_at):
+            await feed.wait_next(crumb)
+        return crumb
+
+    def _check_lag(self, age: float, now: float) -> None:
+        for action in self.session.check_lag(age, now):
+            if isinstance(action, Close):
+                raise _Drop(action.reason)
+            if isinstance(action, GraceUsed):
+                self._metrics().grace_used.inc()
+                log.warning("Typha client %s (conn %#x) is %.1fs behind; tolerated "
+                            "during its grace period", self.peer, self.conn_id, action.age)
+
+    def _seat(self) -> _GobSeat | None:
+        """A broadcast seat if the socket can take non-blocking sends from it (plain TCP)."""
+        if isinstance(self.stream, trio.SocketStream):
+            return _GobSeat(self, self.stream.socket.fileno())
+        return None
 
     # ---- helpers
 
@@ -271,7 +343,9 @@ class _GobConnection:
             crumb, ("gob", "plain", per_message), len(snapshot),
             lambda: shared.build_streamed_snapshot(snapshot, per_message))
 
-    async def _write(self, data: bytes, messages: int = 1) -> None:
+    async def _write(self, data: bytes | memoryview, messages: int = 1, *,
+                     counted: bool = False) -> None:
+        """Write with the write timeout; ``counted``: already in the session's counts."""
         timeout = self.settings.write_timeout
         view = memoryview(data)
         for start in range(0, len(data), _WRITE_PIECE):
@@ -279,8 +353,10 @@ class _GobConnection:
                 await self.stream.send_all(view[start:start + _WRITE_PIECE])
             if scope.cancelled_caught:
                 raise _Drop(f"write timed out after {timeout}s")
-            self.info.bytes_sent += min(_WRITE_PIECE, len(data) - start)
-        self.info.messages_sent += messages
+            if not counted:
+                self.info.bytes_sent += min(_WRITE_PIECE, len(data) - start)
+        if not counted:
+            self.info.messages_sent += messages
 
 
 def _wall_clock() -> GoTime:

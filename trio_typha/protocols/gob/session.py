@@ -249,8 +249,27 @@ class ServerSession:
 
     def updates(self, crumbs: Sequence[Breadcrumb]) -> bytes:
         """Shared encodings of each breadcrumb's deltas, then the status if it changed."""
+        data = self.render(crumbs)
+        self.committed(crumbs)
+        return data
+
+    def fanout_key(self) -> tuple[bool, SyncStatus]:
+        """Sessions with equal keys get equal bytes from :meth:`render` for equal crumbs."""
+        return (self.compressed, self._last_status)
+
+    def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
+        """What :meth:`updates` would return, without recording that it was sent."""
         per_crumb = shared.deltas_chunks if self.compressed else shared.deltas
-        return b"".join([*(per_crumb(c) for c in crumbs), self.status(crumbs[-1].status)])
+        parts = [per_crumb(c) for c in crumbs]
+        status = crumbs[-1].status
+        if status != self._last_status:
+            parts.append(shared.STATUS_CHUNKS[status] if self.compressed
+                         else shared.STATUS[status])
+        return b"".join(parts)
+
+    def committed(self, crumbs: Sequence[Breadcrumb]) -> None:
+        """The bytes :meth:`render` made of ``crumbs`` belong to the client now."""
+        self._last_status = crumbs[-1].status
 
     def check_lag(self, age: float, now: float) -> list[Action]:
         """The client is processing a breadcrumb ``age`` seconds older than the newest."""
