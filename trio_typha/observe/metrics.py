@@ -98,6 +98,9 @@ class Metrics:
         self.cache_staleness = Gauge(
             "trio_typha_cache_pending_event_age_secs", "Age of the oldest datastore event "
             "that is not in the cache yet (0 when none is pending).", ["syncer"], registry=r)
+        self.h2_abuse_closed = Counter(
+            "typha_h2_abuse_closed", "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM "
+            "for going over a per-second frame budget, by flood kind.", ["kind"], registry=r)
         self.logs_dropped = Counter(
             "typha_logs_dropped", "Number of logs dropped because the output stream was "
             "blocked.", registry=r)

@@ -11,6 +11,7 @@ import trio
 from ..cache import CacheFeed
 from ..model.kv import SYNCER_TYPES
 from ..observe.metrics import Metrics, SyncerMetrics
+from ..observe.throttle import LogThrottle
 from .connections import ConnectionRegistry, Session
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class ServerContext:
     registry: ConnectionRegistry = field(default_factory=ConnectionRegistry)
     metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=False))
     _syncer_metrics: dict[str, SyncerMetrics] = field(default_factory=dict)
+    #: Rate limit for log lines a peer can provoke at will, keyed by (peer host, kind).
+    peer_log: LogThrottle = field(default_factory=LogThrottle)
 
     @property
     def sessions(self) -> dict[int, Session]:

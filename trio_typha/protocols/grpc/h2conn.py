@@ -11,10 +11,16 @@ user:
   into h2 round-robin and only as far as the peer's flow-control windows allow, so a
   stream whose window is shut blocks only itself;
 * a graceful GOAWAY (h2 can only send a final one), after which new streams are refused
-  while the old ones finish.
+  while the old ones finish;
+* flood limits (:mod:`.abuse`): frames are split out of the byte stream here, before h2
+  sees them, so each flood-prone frame is counted against its per-second budget, empty
+  DATA frames (which mean nothing) are dropped unanswered, and the caller can take the
+  input a bounded number of frames at a time (:meth:`H2Core.feed`, :meth:`H2Core.process`)
+  and let other connections run in between.
 
-Bytes go in through :meth:`H2Core.receive`, which returns this module's events; bytes to
-write come out of :meth:`H2Core.data_to_send`.  Nothing here touches a socket or a clock.
+Bytes go in through :meth:`H2Core.receive` (or feed + process), which returns this
+module's events; bytes to write come out of :meth:`H2Core.data_to_send`.  Nothing here
+touches a socket or a clock: the caller passes the time.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import h2.settings
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
+from .abuse import Flood, FloodGuard, FloodLimits, FloodReport
 from .framing import FramingError, MessageDecoder
 from .metadata import Headers, response_headers, trailers, trailers_only
 from .status import StatusCode
@@ -38,7 +45,18 @@ from .status import StatusCode
 #: The most a single :meth:`H2Core.data_to_send` hands out; bounds what sits between the
 #: stream queues and the socket.
 WRITE_CHUNK = 64 * 1024
+#: Advertised in SETTINGS and enforced by the HPACK decoder (h2 only applies the
+#: setting to its decoder once the peer ACKs it, so we set both at once).
 MAX_HEADER_LIST_SIZE = 16 * 1024
+
+_PREFACE_LEN = 24  # b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_FRAME_HEADER_LEN = 9
+# Frame types and flags (RFC 9113 section 6).
+_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS, _PING, _WINDOW_UPDATE = 0, 1, 2, 3, 4, 6, 8
+_END_STREAM = 0x1
+_FLOOD_KIND = {_PRIORITY: Flood.PRIORITY, _RST_STREAM: Flood.RAPID_RESET,
+               _SETTINGS: Flood.SETTINGS, _PING: Flood.PING,
+               _WINDOW_UPDATE: Flood.WINDOW_UPDATE}
 
 
 # --- events -------------------------------------------------------------------------------
@@ -77,18 +95,23 @@ class StreamFailed:
 
 @dataclass(frozen=True, slots=True)
 class StreamReset:
-    """The peer reset (cancelled) the stream; it is gone."""
+    """The stream is gone: the peer reset (cancelled) it, or, with ``by_peer`` false, h2
+    reset it because the peer broke its rules (a stream window overflow)."""
 
     stream_id: int
     error_code: int
+    by_peer: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class ConnectionEnded:
-    """The connection is over: the peer sent GOAWAY or broke the protocol (we sent GOAWAY)."""
+    """The connection is over: the peer sent GOAWAY or broke the protocol (we sent GOAWAY).
+
+    ``flood`` says which budget the peer exceeded when we closed it for flooding."""
 
     reason: str
     by_peer: bool
+    flood: FloodReport | None = None
 
 
 Event = RequestReceived | MessageReceived | InputEnded | StreamFailed | StreamReset | ConnectionEnded
@@ -143,7 +166,8 @@ class H2Core:
     """
 
     def __init__(self, *, max_concurrent_streams: int, max_inbound_message: int,
-                 stream_buffer_limit: int = 64 * 1024) -> None:
+                 stream_buffer_limit: int = 64 * 1024,
+                 flood_limits: FloodLimits | None = None) -> None:
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config)
         # Set before initiate_connection so they are in force from the first frame (h2
@@ -152,7 +176,14 @@ class H2Core:
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
             h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
         })
+        self._h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
         self._h2.initiate_connection()
+        self.flood_guard = FloodGuard(flood_limits)
+        self._in = bytearray()  # received bytes not yet given to h2
+        self._preface_left = _PREFACE_LEN
+        self._highest_seen = 0  # the highest stream id a HEADERS frame has named
+        self._now = 0.0
+        self._tripped: FloodReport | None = None  # a budget h2's own resets went over
         self.max_inbound_message = max_inbound_message
         self.stream_buffer_limit = stream_buffer_limit
         self.state = ConnectionState.OPEN
@@ -207,21 +238,101 @@ class H2Core:
 
     # --- bytes in -----------------------------------------------------------------------
 
-    def receive(self, data: bytes) -> list[Event]:
-        """Feed bytes read from the socket; return what they mean."""
+    @property
+    def inbound_pending(self) -> bool:
+        """Has :meth:`feed` left whole frames that :meth:`process` has not handled yet?"""
+        return self._frame_end(0) is not None and self.state is not ConnectionState.CLOSED
+
+    def receive(self, data: bytes, now: float = 0.0) -> list[Event]:
+        """Feed bytes read from the socket and process all of them; return what they mean."""
+        self.feed(data)
+        return self.process(now)
+
+    def feed(self, data: bytes) -> None:
+        """Buffer bytes read from the socket; :meth:`process` takes them frame by frame."""
+        if self.state is not ConnectionState.CLOSED:
+            self._in += data
+
+    def process(self, now: float, max_frames: int | None = None) -> list[Event]:
+        """Handle up to ``max_frames`` buffered frames (all if None); return their events.
+
+        Each frame is counted against the flood budgets first; the first one over budget
+        closes the connection with GOAWAY ENHANCE_YOUR_CALM and nothing after it is read.
+        """
         if self.state is ConnectionState.CLOSED:
             return []
+        self._now = now
+        events: list[Event] = []
+        buf = self._in
+        pos = 0
+        if self._preface_left:
+            pos = min(self._preface_left, len(buf))
+            self._preface_left -= pos
+        run_start = 0  # bytes [run_start, pos) go to h2 together
+        frames = 0
+        report: FloodReport | None = None
+        while max_frames is None or frames < max_frames:
+            end = self._frame_end(pos)
+            if end is None:
+                break
+            if end < 0:  # a frame larger than allowed: h2 says how that ends
+                pos = len(buf)
+                break
+            frames += 1
+            ftype, flags = buf[pos + 3], buf[pos + 4]
+            length = end - pos - _FRAME_HEADER_LEN
+            kind = _FLOOD_KIND.get(ftype)
+            if ftype == _DATA and length == 0 and not flags & _END_STREAM:
+                # Means nothing; answering it (RST_STREAM on a closed stream) is the cost.
+                kind = Flood.EMPTY_DATA
+                if not self._h2_receive(buf[run_start:pos], events):
+                    break
+                run_start = end
+            elif ftype == _HEADERS:
+                sid = int.from_bytes(buf[pos + 5:pos + 9]) & 0x7FFFFFFF
+                if sid > self._highest_seen:
+                    self._highest_seen = sid
+                    kind = Flood.NEW_STREAMS
+            pos = end
+            if kind is not None and (report := self.flood_guard.count(kind, now)) is not None:
+                break
+        ok = self._h2_receive(buf[run_start:pos], events)
+        del buf[:pos]
+        report = report or self._tripped
+        if report is not None and ok:
+            self.close(ErrorCodes.ENHANCE_YOUR_CALM, str(report))
+            events.append(ConnectionEnded(f"closed for flooding: {report}", by_peer=False,
+                                          flood=report))
+        self._out += self._h2.data_to_send()
+        return events
+
+    def _frame_end(self, pos: int) -> int | None:
+        """Where the frame starting at ``pos`` ends; None if incomplete, -1 if too big."""
+        buf = self._in
+        if self._preface_left or len(buf) - pos < _FRAME_HEADER_LEN:
+            return None
+        length = int.from_bytes(buf[pos:pos + 3])
+        if length > self._h2.max_inbound_frame_size:
+            return -1
+        end = pos + _FRAME_HEADER_LEN + length
+        return end if end <= len(buf) else None
+
+    def _h2_receive(self, data: bytes | bytearray, events: list[Event]) -> bool:
+        """Hand whole frames to h2 and translate its events; False once the connection
+        is over (h2 found a protocol error, or the peer said GOAWAY)."""
+        if not data or self.state is ConnectionState.CLOSED:
+            return self.state is not ConnectionState.CLOSED
         try:
-            h2_events = self._h2.receive_data(data)
+            h2_events = self._h2.receive_data(bytes(data))
         except h2.exceptions.ProtocolError as exc:
             # h2 has queued a GOAWAY with the right error code already.
             self._closed()
-            return [ConnectionEnded(f"HTTP/2 protocol error from peer: {exc}", by_peer=False)]
-        events: list[Event] = []
+            events.append(ConnectionEnded(f"HTTP/2 protocol error from peer: {exc}",
+                                          by_peer=False))
+            return False
         for ev in h2_events:
             self._translate(ev, events)
-        self._out += self._h2.data_to_send()
-        return events
+        return self.state is not ConnectionState.CLOSED
 
     def _translate(self, ev: h2.events.Event, events: list[Event]) -> None:
         if isinstance(ev, h2.events.RequestReceived):
@@ -245,12 +356,18 @@ class H2Core:
                     events.append(InputEnded(s.id))
                 self._maybe_forget(s)
         elif isinstance(ev, h2.events.StreamReset):
+            if not ev.remote_reset:
+                # h2 reset it for the peer's fault (a window overflow): a reset all the
+                # same, and one way to make us reset streams in a loop.
+                self._tripped = self._tripped or self.flood_guard.count(
+                    Flood.RAPID_RESET, self._now)
             s = self._streams.get(ev.stream_id)
             if s is not None:
                 s.response = Response.DONE
                 s.peer_open = s.accepting = False
                 self._forget(s)
-                events.append(StreamReset(ev.stream_id, int(ev.error_code or 0)))
+                events.append(StreamReset(ev.stream_id, int(ev.error_code or 0),
+                                          by_peer=ev.remote_reset))
         elif isinstance(ev, h2.events.RemoteSettingsChanged):
             self.handshake_done = True
         elif isinstance(ev, h2.events.ConnectionTerminated):
@@ -427,6 +544,7 @@ class H2Core:
                         s.chunks[0] = head[n:]
                         s.head_started = True
                     h2conn.send_data(s.id, piece)
+                    self.flood_guard.data_sent(self._now)
                     s.buffered -= len(piece)
                     budget -= len(piece)
                     progress = True

@@ -20,8 +20,10 @@ import math
 from collections.abc import Iterator
 
 import trio
+import trio.lowlevel
 from h2.errors import ErrorCodes
 
+from ...observe.throttle import held_back
 from ...server.connections import Connection
 from ...server.context import ServerContext
 from . import h2conn as core
@@ -39,6 +41,9 @@ STREAM_BUFFER_LIMIT = 128 * 1024
 PENDING_OUTPUT_LIMIT = 256 * 1024
 #: After the connection is decided to end, how long the final frames may take to go out.
 FINAL_FLUSH_TIMEOUT = 2.0
+#: Frames handled before the reader lets other tasks run: one 64 KiB read can hold
+#: thousands of small frames.
+FRAMES_PER_TURN = 64
 
 
 class _Signal:
@@ -103,6 +108,7 @@ class GrpcConnection:
         #: The registry's record of this socket (registered in :meth:`run` if not given).
         self.conn = conn
         self.peer = conn.peer if conn is not None else peer
+        self._peer_host = self.peer.rsplit(":", 1)[0]
         self.settings = ctx.settings.normalized()
         self.core = core.H2Core(max_concurrent_streams=self.settings.max_concurrent_streams,
                                 max_inbound_message=self.settings.max_inbound_message,
@@ -174,7 +180,7 @@ class GrpcConnection:
     async def _read_loop(self, prefix: bytes) -> None:
         try:
             if prefix:
-                self._handle_bytes(prefix)
+                await self._handle_bytes(prefix)
             with trio.move_on_after(self.settings.handshake_timeout):
                 while not self.core.handshake_done and not self._done.is_set():
                     if not await self._receive_once():
@@ -196,15 +202,26 @@ class GrpcConnection:
         if not data:
             self._finish("peer closed the connection")
             return False
-        self._handle_bytes(data)
+        await self._handle_bytes(data)
         return True
 
-    def _handle_bytes(self, data: bytes) -> None:
-        for event in self.core.receive(data):
-            self._dispatch(event)
-        if self.core.wants_write:  # answers, or window updates that unblock queued data
-            self._poke.fire()
-        self._progress.fire()
+    async def _handle_bytes(self, data: bytes) -> None:
+        self.core.feed(data)
+        while True:
+            for event in self.core.process(trio.current_time(), FRAMES_PER_TURN):
+                self._dispatch(event)
+            if self.core.wants_write:  # answers, or window updates that unblock queued data
+                self._poke.fire()
+            self._progress.fire()
+            if not self.core.inbound_pending or self._done.is_set():
+                return
+            await trio.lowlevel.checkpoint()
+
+    def _peer_log(self, level: int, kind: str, message: str, *args: object) -> None:
+        """Log a line this peer can provoke at will: one per kind per interval per host."""
+        held = self.ctx.peer_log.allow((self._peer_host, kind), trio.current_time())
+        if held is not None:
+            log.log(level, message + "%s", *args, held_back(held))
 
     def _dispatch(self, event: core.Event) -> None:
         match event:
@@ -221,14 +238,26 @@ class GrpcConnection:
             case core.StreamFailed(stream_id, code, message):
                 if (s := self.streams.get(stream_id)) is not None:
                     s.end(code, message, discard_queued=True)
-            case core.StreamReset(stream_id, error_code):
+            case core.StreamReset(stream_id, error_code, by_peer):
+                if not by_peer:
+                    self._peer_log(logging.WARNING, "window-overflow",
+                                   "gRPC stream %d from %s reset: the client overflowed the "
+                                   "stream's flow-control window (FLOW_CONTROL_ERROR)",
+                                   stream_id, self.peer)
                 if (s := self.streams.get(stream_id)) is not None:
-                    log.info("gRPC stream %d from %s cancelled by the client (RST_STREAM %d)",
-                             stream_id, self.peer, error_code)
+                    if by_peer:
+                        self._peer_log(logging.INFO, "reset",
+                                       "gRPC stream %d from %s cancelled by the client "
+                                       "(RST_STREAM %d)", stream_id, self.peer, error_code)
                     s.reset_by_peer = True
                     s.cancel_scope.cancel()
-            case core.ConnectionEnded(reason, by_peer):
-                if not by_peer:
+            case core.ConnectionEnded(reason, by_peer, flood):
+                if flood is not None:
+                    self.ctx.metrics.h2_abuse_closed.labels(kind=flood.kind.value).inc()
+                    self._peer_log(logging.WARNING, "flood",
+                                   "gRPC connection from %s closed with GOAWAY "
+                                   "ENHANCE_YOUR_CALM: %s", self.peer, flood)
+                elif not by_peer:
                     log.warning("gRPC connection from %s: %s; sent GOAWAY", self.peer, reason)
                 self._finish(reason)
 
@@ -239,11 +268,13 @@ class GrpcConnection:
             if head.path != SYNC_PATH:
                 raise GrpcError(StatusCode.UNIMPLEMENTED, f"unknown method {head.path}")
         except HttpError as exc:
-            log.info("gRPC connection from %s: rejected request: %s", self.peer, exc.message)
+            self._peer_log(logging.INFO, "rejected", "gRPC connection from %s: rejected "
+                           "request: %s", self.peer, exc.message)
             self.core.reject(stream_id, http_error(exc.status, exc.message))
             return
         except GrpcError as exc:
-            log.info("gRPC connection from %s: stream %d refused: %s", self.peer, stream_id, exc)
+            self._peer_log(logging.INFO, "refused", "gRPC connection from %s: stream %d "
+                           "refused: %s", self.peer, stream_id, exc)
             self.core.end_stream(stream_id, exc.code, exc.message)
             return
         assert self._nursery is not None
@@ -268,8 +299,8 @@ class GrpcConnection:
             return
         code, message, discard = ending
         if code is not StatusCode.OK:
-            log.info("gRPC stream %d from %s ended: %s: %s", s.stream_id, self.peer,
-                     code.name, message)
+            self._peer_log(logging.INFO, "ended", "gRPC stream %d from %s ended: %s: %s",
+                           s.stream_id, self.peer, code.name, message)
         try:
             self.core.end_stream(s.stream_id, code, message, discard_queued=discard)
         except core.StreamGone:

@@ -1,0 +1,122 @@
+"""Each HTTP/2 flood, from raw peers, against the real daemon while canaries on both
+protocols follow a stream of writes: the attacker gets GOAWAY ENHANCE_YOUR_CALM, the
+metric counts it, memory stays bounded, and the canaries get every write."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.lowlevel
+from h2.errors import ErrorCodes
+
+from testbed.hostile import Attack, Canary, h2_flood
+from trio_typha.config import load_config
+from trio_typha.daemon import Daemon
+from trio_typha.datastore.memory import MemoryStore
+from trio_typha.datastore.synthetic import generate
+
+ATTACKERS = 4
+ATTACK_SECS = 1.5
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096
+
+
+def netset(name: str) -> dict:
+    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+            "metadata": {"name": name}, "spec": {"nets": ["10.0.0.1/32"]}}
+
+
+async def write_canary_keys(store: MemoryStore, prefix: str, stop: trio.Event,
+                            interval: float = 0.05) -> list[str]:
+    keys = []
+    while not stop.is_set():
+        name = f"{prefix}-{len(keys)}"
+        store.put(netset(name))
+        keys.append(f"/calico/v1/netset/{name}")
+        await trio.sleep(interval)
+    return keys
+
+
+@pytest.fixture
+async def daemon(nursery):
+    store = MemoryStore()
+    store.put_all(generate("tiny"))
+    cfg = load_config({}, config_file=None, overrides={
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+    d = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+    with trio.fail_after(10):
+        await d.wait_in_sync()
+    yield d
+    d.shutdown()
+
+
+@pytest.mark.parametrize("kind", list(Attack))
+async def test_flood_is_closed_and_canaries_keep_receiving(daemon, kind, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    port = daemon.ports["server"]
+    store = daemon.store
+    canaries = [Canary("127.0.0.1", port, proto, prefix=f"/calico/v1/netset/{kind.value}-")
+                for proto in ("typha", "grpc")]
+    async with trio.open_nursery() as nursery:
+        for canary in canaries:
+            with trio.fail_after(15):
+                await nursery.start(canary.run)
+        rss_before = rss_bytes()
+        stop = trio.Event()
+        outcomes = []
+        written: list[str] = []
+
+        async def writer() -> None:
+            written.extend(await write_canary_keys(store, kind.value, stop))
+
+        async def attacker() -> None:
+            # It comes back after each GOAWAY, for at least three rounds and ATTACK_SECS.
+            while len(outcomes) < 3 * ATTACKERS or trio.current_time() < attack_until:
+                outcomes.append(await h2_flood("127.0.0.1", port, kind, seconds=20))
+
+        nursery.start_soon(writer)
+        attack_started = trio.current_time()
+        attack_until = attack_started + ATTACK_SECS
+        async with trio.open_nursery() as attackers:
+            for _ in range(ATTACKERS):
+                attackers.start_soon(attacker)
+        attack_ended = trio.current_time()
+        stop.set()
+        await trio.lowlevel.checkpoint()  # the writer leaves its loop
+        with trio.fail_after(20):
+            while not written or not all(set(written) <= c.arrivals.keys()  # noqa: ASYNC110
+                                         for c in canaries):
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+
+    # Every attacking connection was told why and closed.
+    assert len(outcomes) >= 3 * ATTACKERS
+    for outcome in outcomes:
+        assert outcome.goaway_code == ErrorCodes.ENHANCE_YOUR_CALM, outcome
+        assert kind.value.encode() in outcome.goaway_debug
+        assert outcome.closed
+    metric = daemon.metrics.h2_abuse_closed.labels(kind=kind.value)._value.get()
+    assert metric == len(outcomes)
+    assert f'typha_h2_abuse_closed{{kind="{kind.value}"}}'.encode() in \
+        daemon.metrics.exposition()
+    # One WARNING per peer per interval, naming the peer, the kind and the counts.
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and "ENHANCE_YOUR_CALM" in r.getMessage()]
+    assert 1 <= len(warnings) <= 2, warnings  # ATTACK_SECS < the 10 s log interval
+    assert "127.0.0.1" in warnings[0] and f"{kind.value} flood" in warnings[0]
+    assert "frames in" in warnings[0] and "budget" in warnings[0]
+    # Per-stream lines are rate-limited too (one per kind per peer per interval).
+    for line in ("cancelled by the client", "stream", "refused"):
+        per_stream = [r for r in caplog.records if line in r.getMessage()
+                      and "gRPC stream" in r.getMessage()]
+        assert len(per_stream) <= 4, per_stream[:5]
+    # The canaries were served while the attack ran, and got every write.
+    for canary in canaries:
+        assert canary.received_between(attack_started, attack_ended) > 0, canary.protocol
+        assert set(written) <= canary.arrivals.keys()
+    assert rss_bytes() - rss_before < 64 << 20
