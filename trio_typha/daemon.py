@@ -19,6 +19,7 @@ from . import BUILD_VERSION
 from .cache import CacheFeed
 from .config import Config
 from .datastore.base import Datastore
+from .datastore.k8s_api import KubeApi
 from .datastore.memory import MemoryDatastore, MemoryStore
 from .model.kinds import CALICO_V3_GROUP
 from .model.kv import SYNCER_TYPES, SyncStatus
@@ -30,6 +31,7 @@ from .server.connections import ConnectionRegistry
 from .server.context import ServerContext, ServerSettings
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
+from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .syncer.pipeline import SyncerPipeline
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,16 @@ class Daemon:
         self.ports: dict[str, int] = {}
         self._shutdown = trio.Event()
         self.governor: Governor | None = None
+        self.rebalancer: RebalancePoller | None = None
+        self._rebalance_api: KubeApi | None = None
+        self._owns_rebalance_api = False
+        if cfg.connection_rebalancing_mode == "kubernetes":
+            self._rebalance_api = getattr(self.datastore, "api", None)
+            if not isinstance(self._rebalance_api, KubeApi):
+                # etcd (or memory) datastore: in-cluster config or a kubeconfig, as Typha.
+                from .datastore.k8s_config import load_kube_client_config
+                self._rebalance_api = KubeApi(load_kube_client_config())
+                self._owns_rebalance_api = True
 
     # -- readiness --------------------------------------------------------------------------
 
@@ -153,10 +165,6 @@ class Daemon:
         """Run until :meth:`shutdown` (or a signal) has drained every connection."""
         cfg = self.config
         log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.datastore.name)
-        if cfg.connection_rebalancing_mode == "kubernetes":
-            log.warning("ConnectionRebalancingMode=kubernetes is not supported yet: the connection "
-                        "limit stays at MaxConnectionsUpperLimit=%d",
-                        cfg.max_connections_upper_limit)
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
                               wake_interval=cfg.cache_wake_interval_secs,
@@ -193,6 +201,20 @@ class Daemon:
                 interval=cfg.connection_drop_interval_secs or 1.0,
                 on_drop=self.metrics.connections_dropped.inc)
             await nursery.start(self.governor.run)
+            if self._rebalance_api is not None:
+                log.info("Kubernetes connection rebalancing is enabled, starting k8s poll task.")
+                self.rebalancer = RebalancePoller(
+                    self.governor,
+                    count_typhas=typha_counter(self._rebalance_api,
+                                               namespace=cfg.k8s_namespace,
+                                               service=cfg.k8s_service_name,
+                                               port_name=cfg.k8s_port_name),
+                    count_nodes=node_counter(feeds["felix"]) if "felix" in feeds
+                    else _no_felix, syncer_types=len(self.syncer_types),
+                    lower=cfg.max_connections_lower_limit,
+                    upper=cfg.max_connections_upper_limit,
+                    interval=cfg.k8s_service_poll_interval_secs)
+                await nursery.start(self.rebalancer.run)
             if cfg.health_enabled:
                 log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
                          cfg.health_port)
@@ -213,9 +235,11 @@ class Daemon:
             await self._drain()
             nursery.cancel_scope.cancel()
         aclose = getattr(self.datastore, "aclose", None)
-        if self._owns_datastore and aclose is not None:
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            if self._owns_datastore and aclose is not None:
                 await aclose()
+            if self._owns_rebalance_api and self._rebalance_api is not None:
+                await self._rebalance_api.aclose()
         log.info("Server has shut down.")
 
     async def _serve_sync(self, *, task_status: trio.TaskStatus[Any]) -> None:
@@ -265,6 +289,10 @@ def _protocols(which: str) -> Protocols:
         from .protocols.grpc.server import serve_h2_connection
         h2 = serve_h2_connection
     return Protocols(gob=gob, h2=h2)
+
+
+def _no_felix() -> int:
+    raise CountUnavailable("no felix syncer to count nodes with")
 
 
 def _validator() -> Any:

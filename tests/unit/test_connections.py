@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 from typing import Any
 
 import pytest
@@ -83,6 +84,7 @@ async def test_each_accepted_socket_is_registered_while_its_handler_runs() -> No
 
 async def test_accept_retries_only_capacity_errors(autojump_clock: Any,
                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     registry = ConnectionRegistry()
     listener = FlakyListener([OSError(errno.EMFILE, "Too many open files"),
                               OSError(errno.ENOBUFS, "No buffer space available")])

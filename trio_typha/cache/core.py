@@ -97,6 +97,11 @@ class SnapshotCache:
     def get(self, key: str) -> SerializedUpdate | None:
         return self._kvs.get(key)
 
+    def count_prefix(self, prefix: str) -> int:
+        """How many current keys start with ``prefix`` (e.g. Node resources, for the
+        connection limit)."""
+        return sum(1 for k in self._kvs if k.startswith(prefix))
+
     def values_by_key(self) -> dict[str, bytes | None]:
         """A copy of the current key -> value map (for checks and introspection)."""
         return {k: u.value for k, u in self._kvs.items()}

@@ -51,6 +51,12 @@ class Governor:
         self.interval = interval
         self.on_drop = on_drop
 
+    def set_limit(self, limit: int) -> None:
+        if limit != self.limit:
+            log.info("New target number of connections oldMax=%d newMax=%d currentNum=%d",
+                     self.limit, limit, self.connections.load)
+            self.limit = limit
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         task_status.started()
