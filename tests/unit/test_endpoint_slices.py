@@ -5,7 +5,6 @@ from __future__ import annotations
 from trio_typha.model.endpoint_slices import (
     SliceEndpoint,
     count_typhas,
-    ready_addresses,
     slice_endpoints,
 )
 
@@ -40,9 +39,9 @@ def test_count_is_distinct_addresses_behind_the_named_port_ready_or_not() -> Non
     assert count_typhas([], "calico-typha") == 0
 
 
-def test_clients_use_only_endpoints_not_explicitly_unready() -> None:
+def test_every_endpoint_with_its_readiness_absent_meaning_ready() -> None:
     slices = [slice_(TYPHA_PORT, ep("10.0.0.1", node="a"), ep("10.0.0.2", ready=False),
                      ep("10.0.0.3", ready=True))]
-    assert ready_addresses(slices, "calico-typha") == [
-        SliceEndpoint("10.0.0.1", 5473, "a", True), SliceEndpoint("10.0.0.3", 5473, "", True)]
-    assert [e.ready for e in slice_endpoints(slices, "calico-typha")] == [True, False, True]
+    assert slice_endpoints(slices, "calico-typha") == [
+        SliceEndpoint("10.0.0.1", 5473, "a", True), SliceEndpoint("10.0.0.2", 5473, "", False),
+        SliceEndpoint("10.0.0.3", 5473, "", True)]

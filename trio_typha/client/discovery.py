@@ -34,13 +34,13 @@ import httpx
 import trio
 
 from ..datastore.k8s_api import ApiError, MalformedResponse
+from ..model.endpoint_slices import SERVICE_NAME_LABEL, slice_endpoints
 from . import dns
 from .backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 TYPHA_PORT_NAME = "calico-typha"
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 class DiscoveryError(Exception):
@@ -89,20 +89,10 @@ def parse_endpoint_slices(slices: Iterable[Mapping[str, Any]], *,
     Shared by agent discovery and the server's Kubernetes rebalancing (which counts Typhas).
     """
     found: dict[str, TyphaAddress] = {}
-    for item in slices:
-        port = next((p.get("port") for p in item.get("ports") or ()
-                     if isinstance(p, Mapping) and p.get("name") == port_name), None)
-        if not isinstance(port, int):
-            continue
-        for endpoint in item.get("endpoints") or ():
-            conditions = endpoint.get("conditions") or {}
-            if conditions.get("ready") is False:  # absent means ready, as in Kubernetes
-                continue
-            node = endpoint.get("nodeName") or ""
-            for address in endpoint.get("addresses") or ():
-                if isinstance(address, str) and address:
-                    ta = TyphaAddress(address, port, node)
-                    found.setdefault(ta.addr, ta)
+    for ep in slice_endpoints(slices, port_name):
+        if ep.ready and ep.port > 0 and ep.address:  # absent condition means ready
+            ta = TyphaAddress(ep.address, ep.port, ep.node_name)
+            found.setdefault(ta.addr, ta)
     return list(found.values())
 
 

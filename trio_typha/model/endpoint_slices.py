@@ -6,8 +6,9 @@ and each way is Calico's:
 
 * counting (Typha's rebalancing poll): every slice that has a port *named* ``port_name``
   contributes the distinct addresses of **all** its endpoints, ready or not;
-* connecting (the client's discovery): only endpoints whose ``conditions.ready`` is not
-  explicitly false, ``address:port`` with that slice's port number.
+* connecting (the client's discovery, :func:`trio_typha.client.discovery.parse_endpoint_slices`):
+  only endpoints whose ``conditions.ready`` is not explicitly false, ``address:port`` with
+  that slice's port number.
 """
 
 from __future__ import annotations
@@ -58,8 +59,3 @@ def slice_endpoints(slices: Iterable[Mapping[str, Any]], port_name: str) -> list
 def count_typhas(slices: Iterable[Mapping[str, Any]], port_name: str) -> int:
     """Typha's ``GetNumTyphas``: distinct addresses behind the named port, ready or not."""
     return len({ep.address for ep in slice_endpoints(slices, port_name)})
-
-
-def ready_addresses(slices: Iterable[Mapping[str, Any]], port_name: str) -> list[SliceEndpoint]:
-    """The endpoints a client may connect to (not explicitly unready), in slice order."""
-    return [ep for ep in slice_endpoints(slices, port_name) if ep.ready]
