@@ -1,0 +1,118 @@
+"""A gob client handed between the broadcast round and its own writer over a real socket.
+
+Loopback TCP with small kernel buffers on both ends: while the client reads, it sits in the
+caught-up set and the round writes to it; when it stalls mid-write the round's send falls
+short and its writer task finishes the write; once it reads again it catches up and joins
+again.  It must receive every update exactly once and in order, on both gob streams.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+
+from trio_typha.cache import CacheFeed
+from trio_typha.cache.fanout import RoundResult
+from trio_typha.model.kv import SerializedUpdate, SyncStatus
+from trio_typha.protocols.gob.client_session import ClientSession, KVsReceived
+from trio_typha.protocols.gob.server import serve_gob_connection
+from trio_typha.server.context import ServerContext, ServerSettings
+
+BUFFER = 4096
+
+
+async def socket_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = trio.socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
+    await client.connect(listener.getsockname())
+    server, _ = await listener.accept()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
+    listener.close()
+    return trio.SocketStream(server), trio.SocketStream(client)
+
+
+class Client:
+    """Reads (unless paused), answers what the session says, keeps every update in order."""
+
+    def __init__(self, stream: trio.SocketStream, compression: bool) -> None:
+        self.stream = stream
+        self.core = ClientSession(hostname="handoff", compression=compression)
+        self.updates: list[tuple[str, bytes | None]] = []
+        self.reading = trio.Event()
+        self.reading.set()
+        self.changed = trio.Event()
+
+    async def run(self) -> None:
+        await self.stream.send_all(self.core.data_to_send())
+        while True:
+            await self.reading.wait()
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return
+            for event in self.core.receive_data(data):
+                if isinstance(event, KVsReceived):
+                    self.updates.extend((u.key, u.value) for u in event.updates)
+            reply = self.core.data_to_send()
+            if reply:
+                await self.stream.send_all(reply)
+            self.changed.set()
+            self.changed = trio.Event()
+
+    async def wait_for(self, n: int) -> None:
+        while len(self.updates) < n:
+            await self.changed.wait()
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "snappy"])
+async def test_stalled_client_catches_up_and_rejoins(nursery, compression: bool) -> None:
+    feed = CacheFeed("felix")
+    rounds: list[RoundResult] = []
+    feed.on_round = rounds.append
+    await nursery.start(feed.run_broadcast)
+    snapshot = [SerializedUpdate(f"/snap/{i}", b"s") for i in range(10)]
+    feed.apply(snapshot)
+    feed.set_status(SyncStatus.IN_SYNC)
+    ctx = ServerContext(feeds={"felix": feed},
+                        settings=ServerSettings(write_timeout=30, ping_interval=60))
+    server, client_stream = await socket_pair()
+    nursery.start_soon(serve_gob_connection, server, ctx)
+    client = Client(client_stream, compression)
+    nursery.start_soon(client.run)
+    with trio.fail_after(10):
+        await client.wait_for(len(snapshot))
+    published: list[tuple[str, bytes | None]] = []
+
+    async def publish(n: int, size: int) -> None:
+        for _ in range(n):
+            i = len(published)
+            value = f"{i:08d}".encode() * (size // 8)
+            feed.apply([SerializedUpdate(f"/k/{i % 7}", value)])
+            published.append((f"/k/{i % 7}", value))
+            await trio.sleep(0.001)
+
+    base = len(snapshot)
+    with trio.fail_after(20):
+        # Reading: the client joins the caught-up set and the round writes to it.
+        await publish(20, 64)
+        await client.wait_for(base + len(published))
+        while len(feed.broadcast) != 1:  # noqa: ASYNC110 (its writer re-joins on its own)
+            await trio.sleep(0.01)
+        # Stalled mid-write: far more than both buffers hold.
+        client.reading = trio.Event()
+        await publish(200, 2048)
+        assert len(feed.broadcast) == 0  # its own writer holds the socket now
+        assert any(r.handed_back for r in rounds)
+        # Reading again: the writer finishes, catches up, and the seat comes back.
+        client.reading.set()
+        await client.wait_for(base + len(published))
+        await publish(20, 64)
+        await client.wait_for(base + len(published))
+        while len(feed.broadcast) != 1:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    assert client.updates[len(snapshot):] == published  # each once, in order
+    assert sum(r.deliveries for r in rounds) > 0
