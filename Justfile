@@ -15,9 +15,9 @@ demo:
 serve CLUSTER="small":
     .venv/bin/trio-typha serve --datastore memory --demo-cluster {{CLUSTER}} --health --metrics
 
-# Fan-out benchmark, e.g. `just bench grpc 100`.
-bench PROTOCOL="grpc" CLIENTS="100":
-    .venv/bin/python bench/fanout.py --protocol {{PROTOCOL}} --clients {{CLIENTS}}
+# Benchmark scenario (storm, steady, memory, startup), e.g. `just bench steady --clients 100 --rate 100`.
+bench SCENARIO="steady" *ARGS:
+    .venv/bin/python -m bench {{SCENARIO}} {{ARGS}}
 
 # Regenerate the protobuf module from proto/typha.proto.
 proto:

@@ -24,7 +24,13 @@ import time
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import cpu_seconds, percentiles, report, rss_peak_mib  # noqa: E402
+from _common import (  # noqa: E402
+    cpu_seconds,
+    current_rss_mib,
+    percentiles,
+    report,
+    rss_peak_mib,
+)
 
 from trio_typha.config import load_config  # noqa: E402
 from trio_typha.daemon import Daemon  # noqa: E402
@@ -109,11 +115,15 @@ async def run(args: argparse.Namespace) -> dict:
         result["clients_not_in_sync"] = sum(r.get("not_in_sync", 0) for r in in_sync)
         result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
         cpu1 = cpu_seconds()
-        churn = Churn(store, args.rate, policy_fraction=0.0)
-        with trio.move_on_after(args.seconds):
-            await churn.run()
+        wall1 = trio.current_time()
+        churn = Churn(store, args.rate if args.rate > 0 else 1.0, policy_fraction=0.0)
+        if args.seconds > 0 and args.rate > 0:
+            with trio.move_on_after(args.seconds):
+                await churn.run()
         result["churn_writes"] = churn.writes
         result["churn_cpu_s"] = round(cpu_seconds() - cpu1, 2)
+        result["churn_wall_s"] = round(trio.current_time() - wall1, 2)
+        result["server_rss_with_clients_mib"] = round(current_rss_mib(), 1)
         await trio.sleep(1)  # let the last writes arrive
         result["bytes_sent_total"] = sum(i.bytes_sent for i in daemon.ctx.sessions.values())
         result["sessions_at_end"] = len(daemon.ctx.sessions)

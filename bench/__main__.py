@@ -1,0 +1,188 @@
+"""trio-typha's benchmark, as a user reruns it:
+
+    python -m bench SCENARIO [--protocol typha|grpc] [--clients N] [--rate WRITES_PER_S]
+                             [--seconds S] [--cluster small|medium|large]
+                             [--datastore memory] [--json]
+
+Scenarios (one configuration per run: peak RSS is a process's, so each run is fresh):
+
+* ``storm``: N clients connect at once to the cluster; time until all are in sync and the
+  server CPU for it.  For ``--protocol typha`` also the raw-blast baseline
+  (``bench/raw_blast.py``: a minimal trio server writing the same precomputed snapshot
+  bytes to the same clients) and the ratio to it.
+* ``steady``: N clients in sync, then ``--rate`` pod writes/s for ``--seconds``: the share
+  of updates delivered, the delay from datastore write to client receipt, server CPU and
+  cores used during the churn.
+* ``memory``: RSS of the server with the cluster loaded, with N clients (``--clients 0``
+  for none).
+* ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
+  InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.
+
+The server is the real daemon on the memory datastore, in this process (its CPU and RSS are
+this process's, and so is the churn generator's, which writes into the memory store);
+clients run in separate processes: Go's encoding/gob (``gobtool fleet``) for typha, grpcio
+for grpc.  A table goes to stdout; with ``--json`` the last line is one JSON object with at
+least delivered_fraction, delay_p50_ms, delay_p99_ms, delay_max_ms, server_cpu_s,
+cores_used, peak_rss_mib and in_sync_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import trio
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import fanout  # noqa: E402
+from _common import cpu_seconds, rss_peak_mib  # noqa: E402
+
+SCENARIOS = ("storm", "steady", "memory", "startup")
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "storm": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
+    "steady": {"clients": 1000, "cluster": "medium", "rate": 50.0, "seconds": 60.0},
+    "memory": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
+    "startup": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
+}
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The keys every scenario reports (None where a scenario does not measure one)."""
+    delay = result.get("delay", {})
+    expected = result.get("expected_deliveries") or 0
+    wall = result.get("churn_wall_s") or 0
+    cpu = result.get("churn_cpu_s") if expected else result.get("snapshot_cpu_s")
+    return {
+        "scenario": result["scenario"], "protocol": result.get("protocol"),
+        "clients": result.get("clients"), "cluster": result.get("cluster"),
+        "rate": result.get("rate"), "writes": result.get("churn_writes"),
+        "delivered_fraction": (round(delay.get("n", 0) / expected, 4) if expected else None),
+        "delay_p50_ms": delay.get("p50_ms"), "delay_p99_ms": delay.get("p99_ms"),
+        "delay_max_ms": delay.get("max_ms"),
+        "server_cpu_s": cpu,
+        "cores_used": round(cpu / wall, 3) if expected and wall else None,
+        "cpu_us_per_delivery": (round(cpu * 1e6 / delay["n"], 1)
+                                if expected and delay.get("n") else None),
+        "peak_rss_mib": result.get("server_peak_rss_mib"),
+        "rss_with_clients_mib": result.get("server_rss_with_clients_mib"),
+        "in_sync_s": result.get("all_in_sync_s"),
+        **{k: result[k] for k in ("baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
+                                  "client_errors") if k in result},
+    }
+
+
+def fanout_args(args: argparse.Namespace) -> argparse.Namespace:
+    impl = "go" if args.protocol == "typha" else "grpcio"
+    return argparse.Namespace(
+        protocol=args.protocol, client_impl=impl, clients=args.clients,
+        procs=min(2, max(args.clients, 1)), cluster=args.cluster, syncer="felix",
+        rate=args.rate, seconds=args.seconds, port=0, wake_interval=0.0,
+        snapshot_reuse=1.0, gobtool=fanout.build_gobtool() if impl == "go" else None)
+
+
+async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str, Any]:
+    """The raw-blast server, same snapshot bytes, same client fleet, in this process."""
+    from raw_blast import RawBlast
+
+    from trio_typha.datastore.memory import MemoryStore
+    from trio_typha.datastore.synthetic import generate
+
+    async with trio.open_nursery() as nursery:
+        store = MemoryStore()
+        store.put_all(generate(args.cluster))
+        from trio_typha.config import load_config
+        from trio_typha.daemon import Daemon
+        cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        await daemon.wait_in_sync()
+        snapshot = daemon.pipelines["felix"].feed.snapshot_point().snapshot()
+        daemon.shutdown()
+    blast = RawBlast(snapshot)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(blast.serve)
+        cpu0 = cpu_seconds()
+        t0 = trio.current_time()
+        per_proc = [fa.clients // fa.procs + (i < fa.clients % fa.procs)
+                    for i in range(fa.procs)]
+        procs = [subprocess.Popen(  # noqa: ASYNC220
+                     fanout.client_command("typha", "go", port, n, "felix", fa.gobtool),
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for n in per_proc if n]
+        lines = [json.loads(await trio.to_thread.run_sync(p.stdout.readline)) for p in procs]
+        out = {"baseline_in_sync_s": round(trio.current_time() - t0, 2),
+               "baseline_cpu_s": round(cpu_seconds() - cpu0, 2),
+               "baseline_errors": [e for r in lines for e in r.get("errors", [])][:5]}
+        for p in procs:
+            p.stdin.close()
+            await trio.to_thread.run_sync(p.stdout.read)
+            await trio.to_thread.run_sync(p.wait)
+        nursery.cancel_scope.cancel()
+    return out
+
+
+def run_startup(args: argparse.Namespace) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, "kdd_startup.py"), "--clusters", args.cluster,
+         "--churn-cluster", "none"], check=True, stdout=subprocess.PIPE, text=True)
+    text = done.stdout
+    r, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])
+    return {"scenario": "startup", "cluster": args.cluster,
+            "all_in_sync_s": r["startup"]["all_in_sync_s"],
+            "snapshot_cpu_s": r["startup"].get("cpu_s"),
+            "server_peak_rss_mib": r.get("daemon_peak_rss_mib"), "detail": r}
+
+
+def table(row: dict[str, Any]) -> str:
+    keys = [k for k, v in row.items() if v is not None and k != "client_errors"]
+    width = max(len(k) for k in keys)
+    return "\n".join(f"{k:<{width}}  {row[k]}" for k in keys)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("scenario", choices=SCENARIOS)
+    p.add_argument("--protocol", choices=("typha", "grpc"), default="typha")
+    p.add_argument("--clients", type=int)
+    p.add_argument("--rate", type=float, help="pod writes per second (steady)")
+    p.add_argument("--seconds", type=float, help="churn duration (steady)")
+    p.add_argument("--cluster", choices=("tiny", "small", "medium", "large"))
+    p.add_argument("--datastore", choices=("memory", "etcdv3"), default="memory")
+    p.add_argument("--json", action="store_true", help="end with one JSON line")
+    p.add_argument("--log-level", default="WARNING")
+    args = p.parse_args(argv)
+    for key, value in DEFAULTS[args.scenario].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.datastore == "etcdv3":
+        p.error("--datastore etcdv3 is not implemented yet: the scenarios run on the memory "
+                "datastore only")
+    if args.scenario == "steady" and (args.rate <= 0 or args.seconds <= 0):
+        p.error("steady needs --rate and --seconds above 0")
+    from trio_typha.logs import setup_logging
+    setup_logging(args.log_level)
+    if args.scenario == "startup":
+        result = run_startup(args)
+    else:
+        fa = fanout_args(args)
+        result = trio.run(fanout.run, fa)
+        result["scenario"] = args.scenario
+        if args.scenario == "storm" and args.protocol == "typha" and args.clients:
+            result.update(trio.run(baseline, args, fa))
+            if result["baseline_in_sync_s"]:
+                result["storm_ratio"] = round(
+                    result["all_in_sync_s"] / result["baseline_in_sync_s"], 2)
+    result.setdefault("server_peak_rss_mib", round(rss_peak_mib(), 1))
+    row = summary(result)
+    print(table(row))
+    if args.json:
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
