@@ -147,3 +147,44 @@ async def test_outage_after_sync_keeps_ready_but_denial_does_not() -> None:
         await settle()
         assert pipeline.ready and not pipeline.failing
         nursery.cancel_scope.cancel()
+
+
+async def test_events_waiting_for_the_cache_count_as_staleness(autojump_clock, caplog) -> None:
+    """Events held upstream of the cache are measured, logged, and carried into the
+    breadcrumbs, so a client's fall-behind age includes them."""
+    from trio_typha.syncer.pipeline import STALE_WARNING_SECS, _StampedSender
+
+    store = MemoryStore()
+    store.put(ns("a"))
+    store.put(ns("b"))
+    feed = CacheFeed("felix")
+    definition = SyncerDefinition("felix", (K.NAMESPACE,), convert)
+    datastore = MemoryDatastore(store)
+    pipeline = SyncerPipeline(definition, datastore, feed)
+    inner, recv = trio.open_memory_channel(10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pipeline._watch_staleness)
+        t0 = trio.current_time()
+        stamped = _StampedSender(inner, pipeline._stamps)
+        await nursery.start(datastore.watch, definition.kinds, stamped)
+        await settle()
+        assert feed.staleness(trio.current_time()) == 0.0  # just handed over
+        # Nobody takes them into the cache for a while (a starved pipeline).
+        await trio.sleep(STALE_WARNING_SECS + 2)
+        now = trio.current_time()
+        assert feed.staleness(now) == now - t0
+        assert any("not yet in the cache" in r.getMessage() for r in caplog.records)
+        before = feed.latest
+        nursery.start_soon(pipeline._consume, recv)
+        await trio.sleep(1)  # past the initial list's gathering window
+        now = trio.current_time()
+        assert feed.staleness(now) == 0.0
+        assert {u.key for u in feed.snapshot_point().snapshot()} == {"/namespaces//a",
+                                                                     "/namespaces//b"}
+        crumb = before.next
+        while crumb is not None and not crumb.updates:  # a status breadcrumb first
+            crumb = crumb.next
+        assert crumb is not None
+        # A client that has not got these yet is as stale as the events in them.
+        assert crumb.origin == t0 and feed.client_age(crumb, now) == now - t0
+        nursery.cancel_scope.cancel()
