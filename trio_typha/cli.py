@@ -1,9 +1,10 @@
-"""``trio-typha``: serve | client.
+"""``trio-typha``: serve | client | connections.
 
 ``serve`` runs the daemon (configured like Typha: TYPHA_* variables, a config file, and flags
 that override both).  ``client`` is a debugging client in the spirit of Calico's typha-client:
 it prints the snapshot size, the time to in-sync, then updates; ``--once`` exits after in-sync
-with a one-line summary.
+with a one-line summary.  ``connections`` asks one or more replicas who is connected
+(``GET /connections`` on the health port) and prints a table with the spread over replicas.
 """
 
 from __future__ import annotations
@@ -89,7 +90,35 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--key-file")
     c.add_argument("--server-cn", default="")
     c.add_argument("--log-level", default="WARNING")
+    n = sub.add_parser("connections", help="who is connected to which replica (GET /connections)")
+    n.add_argument("--addr", action="append", required=True, metavar="HOST:PORT",
+                   help="a replica's health address (TYPHA_HEALTHHOST:TYPHA_HEALTHPORT); "
+                   "repeat for several replicas")
+    n.add_argument("--json", action="store_true", help="print the replicas' documents as JSON")
+    n.add_argument("--timeout", type=float, default=5.0, help="seconds per replica")
     return p
+
+
+def _connections(args: argparse.Namespace) -> int:
+    import json
+
+    import httpx
+
+    from .observe.connections import render
+    documents: dict[str, dict[str, object] | str] = {}
+    for addr in args.addr:
+        url = f"http://{addr}/connections"
+        try:
+            resp = httpx.get(url, timeout=args.timeout)
+            resp.raise_for_status()
+            documents[addr] = resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            documents[addr] = str(exc) or type(exc).__name__
+    if args.json:
+        print(json.dumps(documents, indent=2, sort_keys=True))
+    else:
+        print(render(documents), end="")
+    return 1 if any(isinstance(d, str) for d in documents.values()) else 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -129,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "connections":
+            return _connections(args)
         return _client(args)
     except ConfigError as exc:
         print(f"trio-typha: configuration error: {exc}", file=sys.stderr)

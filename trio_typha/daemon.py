@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 from typing import Any
 
 import trio
@@ -219,7 +220,7 @@ class Daemon:
                 log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
                          cfg.health_port)
                 listeners = await nursery.start(serve_http, cfg.health_host, cfg.health_port,
-                                                self.health.handle)
+                                                self._health_http)
                 self.ports["health"] = listeners[0].socket.getsockname()[1]
             if cfg.prometheus_metrics_enabled:
                 log.info("Prometheus metrics enabled. Starting server. port=%d",
@@ -241,6 +242,16 @@ class Daemon:
             if self._owns_rebalance_api and self._rebalance_api is not None:
                 await self._rebalance_api.aclose()
         log.info("Server has shut down.")
+
+    def _health_http(self, path: str) -> tuple[int, str, bytes] | None:
+        """The health port: Typha's probes, plus ``/connections`` (who is connected)."""
+        if path == "/connections":
+            from .observe.connections import connections_document
+            replica = f"{socket.gethostname()}:{self.ports.get('server', self.listen_port)}"
+            return 200, "application/json", connections_document(
+                replica, self.connections.snapshot(), version=BUILD_VERSION,
+                limit=self.governor.limit if self.governor is not None else None)
+        return self.health.handle(path)
 
     async def _serve_sync(self, *, task_status: trio.TaskStatus[Any]) -> None:
         cfg = self.config
