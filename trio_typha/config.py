@@ -72,6 +72,13 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _positive_seconds(raw: str) -> float:
+    value = _seconds(raw)
+    if value <= 0:
+        raise ValueError("expected a number of seconds > 0")
+    return value
+
+
 def _oneof(*choices: str) -> Parser:
     canon = {c.lower(): c for c in choices}
 
@@ -191,6 +198,9 @@ PARAMS: tuple[Param, ...] = (
     _p("ServerDrainTimeoutSecs", "server_drain_timeout_secs", _seconds, 10.0),
     _p("SnapshotReuseAgeSecs", "snapshot_reuse_age_secs", _seconds, 1.0),
     _p("CacheWakeIntervalSecs", "cache_wake_interval_secs", _seconds, 0.0),
+    # How long a datastore watch stream may stop delivering before it is noticed and
+    # re-established (trio_typha/datastore/stall.py); Typha has no such parameter.
+    _p("WatchStallTimeoutSecs", "watch_stall_timeout_secs", _positive_seconds, 30.0),
     _p("MemorySeedFile", "memory_seed_file", _file_must_exist, ""),
     _p("MemoryDemoCluster", "memory_demo_cluster",
        _oneof("", "tiny", "small", "medium", "large"), ""),
@@ -250,6 +260,7 @@ class Config:
     server_drain_timeout_secs: float
     snapshot_reuse_age_secs: float
     cache_wake_interval_secs: float
+    watch_stall_timeout_secs: float
     memory_seed_file: str
     memory_demo_cluster: str
     memory_churn_rate: float

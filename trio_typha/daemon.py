@@ -22,6 +22,7 @@ from .config import Config
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
 from .datastore.memory import MemoryDatastore, MemoryStore
+from .datastore.stall import WatchBoard, WatchState
 from .model.kinds import CALICO_V3_GROUP
 from .model.kv import SYNCER_TYPES, SyncStatus
 from .model.syncers import DatastoreMode, syncer_definition
@@ -63,11 +64,14 @@ def make_datastore(cfg: Config, store: MemoryStore | None = None) -> tuple[Datas
         return MemoryDatastore(store), {"mode": DatastoreMode.KDD,
                                         "calico_group": CALICO_V3_GROUP}
     if cfg.datastore_type == "kubernetes":
+        from .datastore.k8s_watch import WatchTuning
         from .datastore.kubernetes import KubernetesDatastore
-        ds = KubernetesDatastore.from_environment()
+        ds = KubernetesDatastore.from_environment(
+            tuning=WatchTuning(stall_deadline=cfg.watch_stall_timeout_secs))
         return ds, {"mode": DatastoreMode.KDD, "calico_group": ds.calico_group}
     from .datastore.etcd import EtcdDatastore
-    return EtcdDatastore.from_config(cfg), {"mode": DatastoreMode.ETCD,
+    return EtcdDatastore.from_config(cfg, stall_deadline=cfg.watch_stall_timeout_secs), {
+        "mode": DatastoreMode.ETCD,
                                             "calico_group": CALICO_V3_GROUP}
 
 
@@ -93,6 +97,7 @@ class Daemon:
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
         self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled)
+        self.metrics.watch_ages.source = lambda: [(w.name, w.age) for w in self._watch_states()]
         self.health = Health()
         self.handle_signals = handle_signals
         self.syncer_types = syncer_types
@@ -134,7 +139,16 @@ class Daemon:
         detail = "" if status is SyncStatus.IN_SYNC else f"syncer status {status.name}"
         if pipeline.failing:
             detail = "; ".join(pipeline.failing.values())
-        return Report(live=True, ready=pipeline.ready, detail=detail)
+        # A silent watch leaves the cache serving and the server ready (as Typha through
+        # an outage), but readiness says which stream may be stale.
+        silent = [w.describe() for w in self._watch_states(f"{pipeline.syncer_type}/")
+                  if w.stale]
+        return Report(live=True, ready=pipeline.ready,
+                      detail="; ".join(filter(None, [detail, *silent])))
+
+    def _watch_states(self, prefix: str = "") -> list[WatchState]:
+        board: WatchBoard | None = getattr(self.datastore, "watches", None)
+        return [] if board is None else list(board.states(prefix))
 
     @property
     def listening(self) -> bool:

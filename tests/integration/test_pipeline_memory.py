@@ -116,7 +116,7 @@ class Flaky:
     def __init__(self) -> None:
         self.send = None
 
-    async def watch(self, kinds, send, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def watch(self, kinds, send, *, name="", task_status=trio.TASK_STATUS_IGNORED) -> None:
         from trio_typha.datastore.base import KindSynced
         self.send = send
         task_status.started()

@@ -59,9 +59,10 @@ class Datastore(Protocol):
     name: str
 
     async def watch(self, kinds: Sequence[ResourceKind],
-                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """List then watch ``kinds`` forever, sending events to ``send``.
+        """List then watch ``kinds`` forever, sending events to ``send``; ``name`` (the
+        syncer type) prefixes the names of its watch streams.
 
         Reports ``task_status.started()`` once the watches are set up (not necessarily
         synced).  Never returns normally; outages are reported as ``Connection`` events and

@@ -8,7 +8,10 @@ endpoint at a time:
    prefix at one pinned revision, page by page, and send only the differences from what
    was sent before (:class:`~.etcd_state.EtcdSyncState`);
 3. watch from the next revision, with a keepalive probe beside the stream so a frozen or
-   unreachable etcd is noticed even when nothing changes.
+   unreachable etcd is noticed even when nothing changes, and a stall check of the stream
+   itself (:mod:`.stall`): TCP keepalive on its socket, and while it is silent a short
+   watch on another connection from the stream's last revision; a change the stream has
+   not delivered one check later tears the stream down and resumes it from that revision.
 
 One watch covers the whole key span of the pipeline's kinds rather than one per kind: over
 HTTP/1.1 each watch costs a connection, a single stream gives one revision sequence to
@@ -26,6 +29,7 @@ import json
 import logging
 import random
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import httpx
@@ -35,9 +39,18 @@ from ..client.backoff import Backoff
 from ..model.kinds import ResourceKind
 from . import etcd_gateway as gw
 from .base import Connection, DatastoreEvent
+from .crosscheck import until_stalled
 from .etcd_config import EtcdConfig, EtcdParams, etcd_config_from_params
 from .etcd_layout import kind_prefix, watch_span
 from .etcd_state import EtcdSyncState
+from .stall import (
+    DEFAULT_DEADLINE,
+    StallCheck,
+    WatchBoard,
+    WatchStalled,
+    keepalive_socket_options,
+    probe_window,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +66,9 @@ class EtcdDatastore:
     """List-watches Calico v3 resources stored in etcd.
 
     ``keepalive_interval``/``request_timeout`` bound how long a dead etcd goes unnoticed;
-    ``page_size`` bounds one range reply.  ``rng`` seeds the backoff jitter (tests).
+    ``stall_deadline`` how long a watch stream that stopped delivering goes unnoticed (see
+    :mod:`.stall`); ``page_size`` bounds one range reply.  ``rng`` seeds the backoff jitter
+    (tests).  :attr:`watches` holds each running watch's progress.
     """
 
     name = "etcdv3"
@@ -61,6 +76,7 @@ class EtcdDatastore:
     def __init__(self, config: EtcdConfig, *, page_size: int = 500,
                  request_timeout: float = 10.0, keepalive_interval: float = 10.0,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0,
+                 stall_deadline: float = DEFAULT_DEADLINE,
                  rng: random.Random | None = None) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
@@ -70,6 +86,8 @@ class EtcdDatastore:
         self.keepalive_interval = keepalive_interval
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.stall_deadline = stall_deadline
+        self.watches = WatchBoard(trio.current_time)
         self._rng = rng or random.Random()
 
     @classmethod
@@ -78,24 +96,31 @@ class EtcdDatastore:
         return cls(etcd_config_from_params(params), **kwargs)
 
     async def watch(self, kinds: Sequence[ResourceKind],
-                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """List then watch ``kinds`` forever (see the module docstring).
+        """List then watch ``kinds`` forever (see the module docstring); the watch is
+        ``<name>/etcd`` in :attr:`watches`.
 
         Raises ValueError at once for kinds that etcd mode does not store (see
         :mod:`.etcd_layout`: v3 resources, and IPAM blocks and affinities at v1 paths).
         """
-        watcher = _Watcher(self, EtcdSyncState(kinds), send)
+        stream = f"{name}/etcd" if name else "etcd"
+        watcher = _Watcher(self, EtcdSyncState(kinds), send, stream)
         task_status.started()
-        await watcher.run()
+        try:
+            await watcher.run()
+        finally:
+            self.watches.remove(stream, watcher.check)
 
 
 class _Watcher:
     """One pipeline's session loop against etcd."""
 
     def __init__(self, ds: EtcdDatastore, state: EtcdSyncState,
-                 send: trio.MemorySendChannel[DatastoreEvent]) -> None:
+                 send: trio.MemorySendChannel[DatastoreEvent], stream: str) -> None:
         self.ds = ds
+        self.stream = stream
+        self.check: StallCheck = ds.watches.add(stream, ds.stall_deadline)
         self.state = state
         self.send = send
         self.span = watch_span(state.kinds)
@@ -113,7 +138,8 @@ class _Watcher:
                 continue  # compaction ended the watch: relist straight away
             except _SESSION_ERRORS as exc:
                 reason = f"etcd {endpoint}: {type(exc).__name__}: {exc}"
-                log.warning("etcd watch session failed: %s", reason)
+                log.warning("etcd watch session failed (watch %s silent for %.1fs): %s",
+                            self.stream, self.check.silent_for(trio.current_time()), reason)
                 await self._report(False, reason)
             self._endpoint_index += 1
             await trio.sleep(self.backoff.next_delay())
@@ -127,7 +153,10 @@ class _Watcher:
 
     def _client(self, endpoint: str) -> httpx.AsyncClient:
         verify: Any = self.ds.config.ssl_context() if endpoint.startswith("https:") else True
-        return httpx.AsyncClient(base_url=endpoint, verify=verify, trust_env=False,
+        transport = httpx.AsyncHTTPTransport(
+            verify=verify, trust_env=False,
+            socket_options=keepalive_socket_options(self.ds.stall_deadline))
+        return httpx.AsyncClient(base_url=endpoint, transport=transport, trust_env=False,
                                  timeout=self.ds.request_timeout)
 
     async def _session(self, endpoint: str) -> None:
@@ -145,6 +174,7 @@ class _Watcher:
             except _Compacted:
                 continue
             self.state.list_complete(header)
+            self.check.progressed(trio.current_time())
             log.info("Listed %d objects of %d kinds from etcd at revision %d",
                      len(self.state), len(self.state.kinds), header.revision)
             return
@@ -180,17 +210,65 @@ class _Watcher:
         return pinned
 
     async def _follow(self, client: httpx.AsyncClient) -> None:
-        """Stream the watch, with the keepalive probe beside it; returns on compaction."""
+        """Stream the watch, with the keepalive probe and the stall check beside it; returns
+        on compaction or a stall (the caller then resumes at once)."""
         failure: list[BaseException] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keepalive, client, failure, nursery.cancel_scope)
+            nursery.start_soon(self._cross_check, client, failure, nursery.cancel_scope)
             try:
                 await self._stream(client)
             except _SESSION_ERRORS as exc:
                 failure.append(exc)
             nursery.cancel_scope.cancel()
         if failure:
+            if isinstance(failure[0], WatchStalled):
+                log.warning("etcd watch %s stalled: nothing delivered for %.1fs while etcd "
+                            "has changes after revision %d; resuming the watch on a new "
+                            "connection", self.stream, failure[0].silent_for,
+                            self.state.revision)
+                return
             raise failure[0]
+
+    async def _cross_check(self, client: httpx.AsyncClient, failure: list[BaseException],
+                           scope: trio.CancelScope) -> None:
+        failure.append(await until_stalled(self.check, partial(self._probe, client),
+                                           self.stream))
+        scope.cancel()
+
+    async def _probe(self, client: httpx.AsyncClient) -> bool | None:
+        """Whether etcd holds a change in the watched span after the stream's revision
+        (None: it could not tell).  A short watch on a connection of its own, closed after."""
+        revision = self.state.revision
+        try:
+            with trio.move_on_after(self.ds.request_timeout):  # until_stalled bounds it too
+                status = gw.decode_status(await _post(client, gw.STATUS_PATH, {}))
+                if status.revision <= revision:
+                    return False  # nothing at all changed in etcd since
+                body = gw.watch_request(*self.span, revision + 1, progress_notify=False)
+                async with client.stream("POST", gw.WATCH_PATH, json=body,
+                                         headers={"connection": "close"}) as resp:
+                    if resp.status_code != 200:
+                        return None
+                    lines = resp.aiter_lines()
+                    async for line in lines:
+                        if line.strip():
+                            msg = gw.decode_watch_message(line)
+                            if msg.canceled or msg.events:
+                                return bool(msg.events) or None
+                            if msg.created:
+                                break
+                    # etcd replays history to an unsynced watch within ~100 ms.
+                    with trio.move_on_after(probe_window(self.ds.stall_deadline)):
+                        async for line in lines:
+                            if line.strip():
+                                msg = gw.decode_watch_message(line)
+                                if msg.canceled or msg.events:
+                                    return bool(msg.events) or None
+                    return False
+        except _SESSION_ERRORS as exc:
+            log.debug("etcd stall probe for %s failed: %s", self.stream, exc)
+        return None
 
     async def _keepalive(self, client: httpx.AsyncClient, failure: list[BaseException],
                          scope: trio.CancelScope) -> None:
@@ -216,6 +294,7 @@ class _Watcher:
                 if not line.strip():
                     continue
                 msg = gw.decode_watch_message(line)
+                self.check.progressed(trio.current_time())
                 if msg.created:
                     log.debug("etcd watch created from revision %d", start_revision)
                     self.backoff.reset()

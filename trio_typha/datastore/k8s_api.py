@@ -22,6 +22,7 @@ import trio
 from ..model.kinds import ResourceKind
 from .k8s_config import KubeClientConfig, build_ssl_context, read_token_file
 from .k8s_stream import LineDecoder, MalformedResponse, StatusInfo, WatchEvent, parse_watch_event
+from .stall import DEFAULT_DEADLINE, keepalive_socket_options
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,8 @@ class KubeApi:
     """The httpx client for one API server (use as an async context manager)."""
 
     def __init__(self, config: KubeClientConfig, *, request_timeout: float = 30.0,
-                 auth_refresh_interval: float = 60.0) -> None:
+                 auth_refresh_interval: float = 60.0,
+                 stall_deadline: float = DEFAULT_DEADLINE) -> None:
         self.config = config
         self.auth_refresh_interval = auth_refresh_interval
         self._authorization = config.authorization
@@ -103,8 +105,14 @@ class KubeApi:
         self._auth_due: float | None = None if self._refreshable else math.inf
         self._extensions = ({"sni_hostname": config.tls_server_name}
                             if config.tls_server_name else {})
+        options = client_options(config)
+        # TCP keepalive on every connection, so a watch whose path drops inbound packets
+        # dies within the stall deadline (see .stall).
+        transport = httpx.AsyncHTTPTransport(
+            verify=options.pop("verify"), proxy=options.pop("proxy"), trust_env=False,
+            socket_options=keepalive_socket_options(stall_deadline))
         self._client = httpx.AsyncClient(
-            **client_options(config), timeout=httpx.Timeout(request_timeout),
+            **options, transport=transport, timeout=httpx.Timeout(request_timeout),
             # One long-lived watch connection per watched kind and syncer: no pool ceiling.
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
 
@@ -170,6 +178,39 @@ class KubeApi:
             yield _WatchEvents(response.aiter_bytes())
         finally:
             await response.aclose()
+
+    async def changed_since(self, kind: ResourceKind, resource_version: str, *,
+                            window: float) -> bool | None:
+        """Whether ``kind`` changed after ``resource_version``: a short watch from there on a
+        connection of its own (closed after), as a cross-check of a silent watch stream.
+
+        True when the server replays an event, False when none arrives within ``window``
+        of the watch being accepted, None when the server could not tell (an error, a 410).
+        The caller bounds the whole call (:func:`.crosscheck.until_stalled`).
+        """
+        params = {"watch": "true", "resourceVersion": resource_version,
+                  "timeoutSeconds": str(max(1, math.ceil(window)))}
+        headers = {**await self._headers(), "Connection": "close"}
+        request = self._client.build_request("GET", resource_path(kind), params=params,
+                                             headers=headers, extensions=self._extensions)
+        try:
+            response = await self._client.send(request, stream=True)
+            try:
+                if response.status_code != 200:
+                    return None
+                events = _WatchEvents(response.aiter_bytes())
+                with trio.move_on_after(window):
+                    async for event in events:
+                        if event.type == "ERROR":
+                            return None
+                        if event.type != "BOOKMARK":
+                            return True
+                return False
+            finally:
+                await response.aclose()
+        except (httpx.HTTPError, MalformedResponse) as exc:
+            log.debug("Cross-check of the %s watch failed: %s", kind, exc)
+        return None
 
     async def _headers(self) -> dict[str, str]:
         now = trio.current_time()

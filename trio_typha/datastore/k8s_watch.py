@@ -12,6 +12,11 @@ a kind whose list is ``404 Not Found`` (its CRD is not installed) counts as sync
 and is listed again only occasionally; repeated watch failures without progress fall back to
 a full relist; watches restart no faster than ``min_watch_interval``.
 
+Each watch stream is cross-checked while silent (:mod:`.stall`): every third of
+``stall_deadline`` without an event or bookmark, a short watch on a connection of its own asks
+whether the kind changed after the stream's resourceVersion; two such answers in a row tear
+the stream down, with one WARNING, and the watch resumes from that resourceVersion.
+
 Unlike Calico, which reports a datastore failure only after ten minutes without a successful
 request, a failed list (or a watch refused with 401/403) is reported at once as
 ``Connection(ok=False, reason, kind)`` - once per distinct reason, naming the request, the
@@ -33,9 +38,11 @@ import trio
 from ..client.backoff import Backoff
 from ..model.kinds import ResourceKind
 from .base import Connection, DatastoreEvent
+from .crosscheck import until_stalled
 from .k8s_api import ApiError, KubeApi
 from .k8s_reflector import KindReflector, WatchErrorEvent
 from .k8s_stream import MalformedResponse
+from .stall import DEFAULT_DEADLINE, StallCheck, WatchStalled, probe_window
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ class WatchTuning:
     max_errors_per_revision: int = 5  # failed watches without progress before a relist
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    stall_deadline: float = DEFAULT_DEADLINE  # a silent watch is cross-checked (.stall)
 
 
 class KindWatcher:
@@ -62,9 +70,12 @@ class KindWatcher:
 
     def __init__(self, api: KubeApi, kind: ResourceKind,
                  send: trio.MemorySendChannel[DatastoreEvent], *,
-                 tuning: WatchTuning, random: Callable[[], float]) -> None:
+                 tuning: WatchTuning, random: Callable[[], float],
+                 check: StallCheck | None = None, stream: str = "") -> None:
         self.api = api
         self.kind = kind
+        self.stream = stream or kind.plural
+        self.check = check or StallCheck(tuning.stall_deadline, trio.current_time())
         self.tuning = tuning
         self.reflector = KindReflector(kind)
         self._send = send
@@ -101,6 +112,7 @@ class KindWatcher:
             return
         self._backoff.reset()
         self._errors_at_rv = 0
+        self.check.progressed(trio.current_time())
         if self._absent:
             log.info("%s is served again; listed %d objects", self.kind, len(items))
             self._absent = False
@@ -155,18 +167,35 @@ class KindWatcher:
         base = self.tuning.watch_timeout
         timeout = max(int(base + base * self._random()), 1)
         progressed = False
+        stalled: list[WatchStalled] = []
         error: Exception
         try:
             async with self.api.watch(self.kind, resource_version=start_rv,
                                       timeout_seconds=timeout) as events:
                 await self._recovered()
-                async for event in events:
-                    await self._emit(self.reflector.watched(event))
-                    if not progressed:
-                        progressed = True
-                        self._errors_at_rv = 0
-                        self._backoff.reset()
-            return  # the server ended the stream (timeoutSeconds): resume
+                self.check.progressed(trio.current_time())
+                failure: list[Exception] = []
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._cross_check, stalled, nursery.cancel_scope)
+                    try:
+                        async for event in events:
+                            self.check.progressed(trio.current_time())
+                            await self._emit(self.reflector.watched(event))
+                            if not progressed:
+                                progressed = True
+                                self._errors_at_rv = 0
+                                self._backoff.reset()
+                    except (WatchErrorEvent, ApiError, *_TRANSIENT) as exc:
+                        failure.append(exc)  # raised below, outside the nursery
+                    nursery.cancel_scope.cancel()
+                if failure:
+                    raise failure[0]
+            if stalled:
+                log.warning("Watch of %s (%s) stalled: nothing delivered for %.1fs while the "
+                            "API server has changes after resourceVersion %s; resuming the "
+                            "watch on a new connection", self.kind, self.stream,
+                            stalled[0].silent_for, self.reflector.resume_rv)
+            return  # the server ended the stream (timeoutSeconds), or it stalled: resume
         except WatchErrorEvent as exc:
             if exc.status.expired or exc.status.too_large_rv:
                 self._expired(start_rv, exc)
@@ -195,6 +224,17 @@ class KindWatcher:
         else:
             log.info("Watch of %s failed (%s); retrying", self.kind, _brief(error))
         await trio.sleep(self._backoff.next_delay())
+
+    async def _cross_check(self, stalled: list[WatchStalled], scope: trio.CancelScope) -> None:
+        stalled.append(await until_stalled(self.check, self._probe, self.stream))
+        scope.cancel()
+
+    async def _probe(self) -> bool | None:
+        rv = self.reflector.resume_rv
+        if rv is None:
+            return None
+        return await self.api.changed_since(self.kind, rv,
+                                            window=probe_window(self.check.deadline))
 
     def _expired(self, rv: str, why: Exception) -> None:
         log.info("Watch of %s cannot resume from resourceVersion %s (%s); relisting",

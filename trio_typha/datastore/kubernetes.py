@@ -30,6 +30,7 @@ from .k8s_api import ApiError, KubeApi, served_groups_blocking
 from .k8s_config import KubeClientConfig, load_kube_client_config
 from .k8s_stream import MalformedResponse
 from .k8s_watch import KindWatcher, WatchTuning
+from .stall import WatchBoard
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class KubernetesDatastore:
         self.calico_group = calico_group
         self.tuning = tuning or WatchTuning()
         self._random = random or _random.Random().random
+        #: progress of every running watch, as ``<name>/<plural>``
+        self.watches = WatchBoard(trio.current_time)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, *,
@@ -114,22 +117,34 @@ class KubernetesDatastore:
                             CALICO_CRD_GROUP)
                 served = None
             group = _decided(None, served)
-        return cls(KubeApi(config), calico_group=group, tuning=tuning, random=random)
+        tuning = tuning or WatchTuning()
+        return cls(KubeApi(config, stall_deadline=tuning.stall_deadline), calico_group=group,
+                   tuning=tuning, random=random)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (watches must have been cancelled)."""
         await self.api.aclose()
 
     async def watch(self, kinds: Sequence[ResourceKind],
-                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """One list-watch loop per kind; started once every loop has started."""
-        async with trio.open_nursery() as nursery:
-            for kind in kinds:
-                watcher = KindWatcher(self.api, kind, send, tuning=self.tuning,
-                                      random=self._random)
-                await nursery.start(watcher.run)
-            task_status.started()
+        """One list-watch loop per kind, named ``<name>/<plural>`` in :attr:`watches`;
+        started once every loop has started."""
+        watchers = []
+        try:
+            async with trio.open_nursery() as nursery:
+                for kind in kinds:
+                    stream = f"{name}/{kind.plural}" if name else kind.plural
+                    watcher = KindWatcher(
+                        self.api, kind, send, tuning=self.tuning, random=self._random,
+                        check=self.watches.add(stream, self.tuning.stall_deadline),
+                        stream=stream)
+                    watchers.append(watcher)
+                    await nursery.start(watcher.run)
+                task_status.started()
+        finally:
+            for watcher in watchers:
+                self.watches.remove(watcher.stream, watcher.check)
 
 
 @asynccontextmanager
@@ -143,6 +158,6 @@ async def open_kubernetes_datastore(config: KubeClientConfig, *,
     closed on exit.
     """
     log.info("Kubernetes API server %s (from %s)", config.server, config.source)
-    async with KubeApi(config) as api:
+    async with KubeApi(config, stall_deadline=(tuning or WatchTuning()).stall_deadline) as api:
         group = await resolve_calico_group(api, config.calico_api_group)
         yield KubernetesDatastore(api, calico_group=group, tuning=tuning, random=random)

@@ -139,7 +139,7 @@ class MemoryDatastore:
         self.store = store
 
     async def watch(self, kinds: Sequence[ResourceKind],
-                    send: trio.MemorySendChannel[DatastoreEvent], *,
+                    send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         wanted = set(kinds)
         known = {k: KnownObjects(k) for k in kinds}

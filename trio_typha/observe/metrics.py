@@ -7,9 +7,11 @@ one process.  Per-syncer series exist for all four syncer types from the start, 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.utils import floatToGoString
 
@@ -106,6 +108,8 @@ class Metrics:
             "blocked.", registry=r)
         self.log_errors = Counter(
             "typha_log_errors", "Number of errors encountered while logging.", registry=r)
+        self.watch_ages = WatchAges()
+        r.register(self.watch_ages)
         for syncer in SYNCER_TYPES:
             for metric in vars(self).values():
                 if isinstance(metric, MetricWrapperBase) and "syncer" in metric._labelnames:
@@ -161,6 +165,29 @@ def observe_many(summary: Any, value: float, count: int) -> None:
     if count > 0:
         summary._count.inc(count)
         summary._sum.inc(value * count)
+class WatchAges:
+    """``typha_watch_progress_age_seconds{watch}``: per datastore watch stream, the seconds
+    since its last event, progress notification, bookmark or confirming cross-check
+    (trio_typha/datastore/stall.py), read from ``source`` at each scrape."""
+
+    NAME = "typha_watch_progress_age_seconds"
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[tuple[str, float]]] | None = None
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.NAME, "Seconds since each datastore watch stream last "
+                                 "delivered an event or progress (or was confirmed current).",
+                                 labels=["watch"])
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        for name, age in self.source() if self.source is not None else ():
+            family.add_metric([name], age)
+        yield family
 
 
 class SyncerMetrics:

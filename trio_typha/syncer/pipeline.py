@@ -17,6 +17,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 import trio
@@ -113,7 +114,8 @@ class SyncerPipeline:
         self._publish(self.tracker.static_updates())
         async with trio.open_nursery() as nursery:
             await nursery.start(self._watch_staleness)
-            await nursery.start(self.datastore.watch, self.definition.kinds, send)
+            await nursery.start(partial(self.datastore.watch, name=self.syncer_type),
+                                self.definition.kinds, send)
             log.info("Started syncer pipeline syncerType=%s", self.syncer_type)
             task_status.started()
             async with recv:

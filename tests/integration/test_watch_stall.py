@@ -1,0 +1,180 @@
+"""A watch stream that stops delivering is noticed, resumed, and the change it missed reaches
+a client: real etcd and the test bed API server, the whole daemon, a real grpcio client.
+
+Between the daemon and the datastore sits :mod:`tests.stall_proxy`.  Once the client is in
+sync, the test stalls the connections carrying watches (both TCP connections stay open, the
+server's bytes stop at the proxy) while every other connection keeps working, deletes an
+object, and waits for the deletion to reach the client.  The deadline is short (real
+sockets, real time); the detection time is printed, not asserted (the virtual-time tests in
+tests/unit/test_watch_stall.py hold the deadline).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from testbed.apiserver import open_apiserver
+from tests.e2e.grpcio_sync import GrpcioSync, grpcio_sync
+from tests.e2e.harness import HANG, daemon_config, wait_readiness
+from tests.etcd_server import run_etcd
+from tests.stall_proxy import stall_proxy
+from trio_typha.daemon import Daemon
+from trio_typha.datastore.base import Datastore
+from trio_typha.datastore.etcd import EtcdDatastore
+from trio_typha.datastore.etcd_config import EtcdConfig
+from trio_typha.datastore.k8s_config import KubeClientConfig
+from trio_typha.datastore.k8s_watch import WatchTuning
+from trio_typha.datastore.kubernetes import open_kubernetes_datastore
+from trio_typha.model import kinds as K
+
+DEADLINE = 3.0  # seconds: probes every second while a stream is silent
+
+GNP_KEY = "/calico/v1/policy/GlobalNetworkPolicy//{}"
+PROFILE_KEY = "/calico/v1/policy/profile/kns.{}/rules"
+
+
+def gnp(name: str) -> dict[str, Any]:
+    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+            "metadata": {"name": name}, "spec": {"order": 1, "selector": "all()"}}
+
+
+def is_watch(target: bytes) -> bool:
+    return target.startswith(b"/v3/watch") or b"watch=true" in target
+
+
+@asynccontextmanager
+async def felix_daemon(datastore: Datastore) -> AsyncIterator[tuple[Daemon, GrpcioSync]]:
+    cfg = daemon_config(PrometheusMetricsEnabled="true", PrometheusMetricsPort="0",
+                        PrometheusMetricsHost="127.0.0.1")
+    daemon = Daemon(cfg, datastore=datastore, listen_port=0, syncer_types=("felix",))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        try:
+            with trio.fail_after(HANG):
+                await daemon.wait_in_sync()
+            async with grpcio_sync(daemon.ports["server"], "felix") as client:
+                with trio.fail_after(HANG):
+                    await client.wait_until(lambda: client.in_sync)
+                yield daemon, client
+        finally:
+            daemon.shutdown()
+
+
+async def watch_ages(daemon: Daemon) -> dict[str, float]:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{daemon.ports['metrics']}/metrics")).text
+    ages = {}
+    for line in text.splitlines():
+        if line.startswith("typha_watch_progress_age_seconds{"):
+            labels, value = line.rsplit(" ", 1)
+            ages[labels.split('"')[1]] = float(value)
+    return ages
+
+
+async def deletion_arrives(client: GrpcioSync, key: str, started: float) -> float:
+    with trio.fail_after(HANG):
+        await client.wait_until(lambda: key not in client.kvs)
+    return time.monotonic() - started
+
+
+def stall_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and "stalled" in r.getMessage()]
+
+
+@pytest.mark.etcd
+async def test_etcd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "trio_typha.datastore")
+    async with run_etcd(tmp_path) as etcd, etcd.client() as c, \
+            stall_proxy(etcd.client_port) as proxy:
+        for name in ("stays", "doomed"):
+            await c.put_resource(gnp(name))
+        ds = EtcdDatastore(EtcdConfig(endpoints=(f"http://127.0.0.1:{proxy.port}/",)),
+                           stall_deadline=DEADLINE, keepalive_interval=0.5,
+                           backoff_initial=0.05, backoff_max=0.5)
+        async with felix_daemon(ds) as (daemon, client):
+            assert GNP_KEY.format("doomed") in client.kvs
+            assert proxy.stall(is_watch) == 1
+            started = time.monotonic()
+            await c.delete_resource(K.calico_kind("GlobalNetworkPolicy"), "", "doomed")
+            took = await deletion_arrives(client, GNP_KEY.format("doomed"), started)
+            print(f"etcd: stalled watch noticed, deletion delivered after {took:.2f}s "
+                  f"(deadline {DEADLINE}s)")
+            (warning,) = stall_warnings(caplog)
+            assert warning.startswith("etcd watch felix/etcd stalled: nothing delivered for")
+            assert GNP_KEY.format("stays") in client.kvs
+            # The etcd keepalive went over another connection all along and never failed.
+            assert not any("session failed" in r.getMessage() for r in caplog.records)
+            assert (await watch_ages(daemon))["felix/etcd"] < DEADLINE
+
+
+@pytest.mark.etcd
+async def test_etcd_unanswering_datastore_keeps_serving_but_readiness_names_the_watch(
+        tmp_path: Path) -> None:
+    async with run_etcd(tmp_path) as etcd, etcd.client() as c, \
+            stall_proxy(etcd.client_port) as proxy:
+        await c.put_resource(gnp("doomed"))
+        ds = EtcdDatastore(EtcdConfig(endpoints=(f"http://127.0.0.1:{proxy.port}/",)),
+                           stall_deadline=1.5, keepalive_interval=0.5, request_timeout=1.0,
+                           backoff_initial=0.05, backoff_max=0.2)
+        async with felix_daemon(ds) as (daemon, client):
+            proxy.stall_new = True  # every connection, old and new, goes mute
+            proxy.stall(lambda target: True)
+            await c.delete_resource(K.calico_kind("GlobalNetworkPolicy"), "", "doomed")
+            body = await readiness_until(daemon, stale=True)
+            assert "watch felix/etcd silent for" in body
+            assert (await watch_ages(daemon))["felix/etcd"] > 1.5
+            assert GNP_KEY.format("doomed") in client.kvs  # still serving the cache
+            proxy.stall_new = False  # etcd answers again: the watch resumes
+            await deletion_arrives(client, GNP_KEY.format("doomed"), time.monotonic())
+            await readiness_until(daemon, stale=False)
+
+
+async def readiness_until(daemon: Daemon, stale: bool) -> str:
+    """Poll /readiness until its detail does (or no longer does) name a silent watch.  It
+    answers 200 throughout: Typha keeps serving and stays ready through an outage."""
+    with trio.fail_after(HANG):
+        while True:
+            body = await wait_readiness(daemon, 200)
+            if ("silent for" in body) == stale:
+                return body
+            await trio.sleep(0.1)
+
+
+async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "trio_typha.datastore")
+    async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
+                              bookmark_interval=3600) as server, \
+            stall_proxy(server.port) as proxy:
+        for name in ("stays", "doomed"):
+            server.store.create(K.NAMESPACE, {"metadata": {"name": name}})
+        config = KubeClientConfig(server=f"http://127.0.0.1:{proxy.port}", source="test")
+        tuning = WatchTuning(stall_deadline=DEADLINE, min_watch_interval=0.01,
+                             backoff_initial=0.02, backoff_max=0.2)
+        async with open_kubernetes_datastore(config, tuning=tuning) as ds, \
+                felix_daemon(ds) as (daemon, client):
+            assert PROFILE_KEY.format("doomed") in client.kvs
+            watches = proxy.stall(is_watch)
+            assert watches == len(daemon.pipelines["felix"].definition.kinds)
+            started = time.monotonic()
+            server.store.delete(K.NAMESPACE, "", "doomed")
+            took = await deletion_arrives(client, PROFILE_KEY.format("doomed"), started)
+            print(f"kdd: stalled watch noticed, deletion delivered after {took:.2f}s "
+                  f"(deadline {DEADLINE}s)")
+            warnings = stall_warnings(caplog)
+            assert any(w.startswith("Watch of namespaces.core/v1 (felix/namespaces) stalled")
+                       for w in warnings), warnings
+            assert PROFILE_KEY.format("stays") in client.kvs
+            ages = await watch_ages(daemon)
+            assert "felix/namespaces" in ages and "felix/pods" in ages

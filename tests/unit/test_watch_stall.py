@@ -1,0 +1,160 @@
+"""Stalled-watch detection: the pure StallCheck, and its trio loop in virtual time.
+
+The loop tests model a datastore and a watch stream in virtual time (autojump_clock): the
+datastore's revision moves on with every write; the stream delivers each write at once until
+it is stalled.  The probe answers, as the real ones do, whether the datastore holds a change
+after the stream's last revision.  Deadlines are checked in virtual time only.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+
+from trio_typha.datastore.crosscheck import until_stalled
+from trio_typha.datastore.stall import (
+    StallCheck,
+    Verdict,
+    WatchBoard,
+    keepalive_socket_options,
+    probe_window,
+)
+
+DEADLINE = 30.0
+
+
+def test_two_missed_answers_in_a_row_stall_the_stream() -> None:
+    check = StallCheck(DEADLINE, now=0.0)
+    assert check.interval == 10.0
+    assert not check.due(9.9) and check.due(10.0)
+    assert check.probed(True, 10.0) is Verdict.SUSPECT
+    assert check.suspect
+    assert check.probed(None, 20.0) is Verdict.SUSPECT  # no answer changes nothing
+    assert check.probed(True, 30.0) is Verdict.STALLED
+    assert check.silent_for(30.0) == 30.0
+
+
+def test_progress_between_probes_clears_the_suspicion() -> None:
+    check = StallCheck(DEADLINE, now=0.0)
+    assert check.probed(True, 10.0) is Verdict.SUSPECT
+    check.progressed(10.5)  # the stream delivered the change after all
+    assert not check.suspect
+    assert check.probed(True, 20.5) is Verdict.SUSPECT  # a new change: suspect again, no more
+
+
+def test_a_probe_finding_nothing_counts_as_progress_but_not_as_delivery() -> None:
+    check = StallCheck(DEADLINE, now=0.0)
+    assert check.probed(False, 10.0) is Verdict.FRESH
+    assert check.last_progress == 10.0
+    assert not check.due(19.0)
+    assert check.silent_for(19.0) == 19.0  # what the WARNING reports: the stream's silence
+
+
+def test_board_ages_and_staleness() -> None:
+    now = [0.0]
+    board = WatchBoard(lambda: now[0])
+    pods = board.add("felix/pods", DEADLINE)
+    board.add("bgp/nodes", DEADLINE)
+    now[0] = 31.0
+    pods.progressed(31.0)
+    states = {s.name: s for s in board.states()}
+    assert states["felix/pods"].age == 0.0 and not states["felix/pods"].stale
+    assert states["bgp/nodes"].age == 31.0 and states["bgp/nodes"].stale  # past its deadline
+    assert [s.name for s in board.states("felix/")] == ["felix/pods"]
+    assert "watch bgp/nodes silent for 31s" in states["bgp/nodes"].describe()
+    pods.probed(True, 32.0)
+    assert next(board.states("felix/")).stale  # suspect: missing a change, whatever its age
+    board.remove("felix/pods", StallCheck(DEADLINE, 0.0))  # not the registered one: kept
+    assert [s.name for s in board.states("felix/")] == ["felix/pods"]
+    board.remove("felix/pods", pods)
+    assert list(board.states("felix/")) == []
+
+
+def test_deadline_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="deadline must be > 0"):
+        StallCheck(0, now=0.0)
+
+
+def test_keepalive_options_give_up_within_the_deadline() -> None:
+    opts = {(level, name): value for level, name, value in keepalive_socket_options(DEADLINE)}
+    assert opts[(socket.SOL_SOCKET, socket.SO_KEEPALIVE)] == 1
+    idle = opts[(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)]
+    interval = opts[(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)]
+    count = opts[(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)]
+    assert idle + interval * count <= DEADLINE
+    assert opts[(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)] <= DEADLINE * 1000
+    # The options really apply to a socket.
+    with socket.socket() as s:
+        for level, name, value in keepalive_socket_options(3.0):
+            s.setsockopt(level, name, value)
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 1
+    assert probe_window(DEADLINE) == 1.0 and probe_window(1.5) == 0.25
+
+
+class Model:
+    """A datastore revision and a stream that delivers it until stalled (virtual time)."""
+
+    def __init__(self, check: StallCheck) -> None:
+        self.check = check
+        self.revision = 0
+        self.delivered = 0
+        self.stalled = False
+        self.probes = 0
+
+    def write(self) -> None:
+        self.revision += 1
+        if not self.stalled:
+            self.delivered = self.revision
+            self.check.progressed(trio.current_time())
+
+    async def probe(self) -> bool | None:
+        self.probes += 1
+        await trio.sleep(0.2)  # a round trip
+        return self.revision > self.delivered
+
+
+async def test_a_change_missed_by_a_stalled_stream_is_noticed_within_the_deadline(
+        autojump_clock: trio.testing.MockClock) -> None:
+    check = StallCheck(DEADLINE, trio.current_time())
+    model = Model(check)
+    async with trio.open_nursery() as nursery:
+        result = []
+        done = trio.Event()
+
+        async def run() -> None:
+            result.append(await until_stalled(check, model.probe, "felix/etcd"))
+            done.set()
+
+        nursery.start_soon(run)
+        for _ in range(5):  # a healthy stream with writes now and then
+            await trio.sleep(7)
+            model.write()
+        await trio.sleep(100)  # a healthy idle stream is probed but never stalled
+        assert not result and model.probes >= 9
+        model.stalled = True
+        await trio.sleep(3)
+        changed_at = trio.current_time()
+        model.write()  # the stream misses this one
+        await done.wait()
+        noticed = trio.current_time() - changed_at
+        assert noticed <= DEADLINE, noticed
+        assert result[0].stream == "felix/etcd"
+        assert result[0].silent_for >= noticed
+
+
+async def test_unanswered_probes_never_stall_but_the_age_grows(
+        autojump_clock: trio.testing.MockClock) -> None:
+    board = WatchBoard(trio.current_time)
+    check = board.add("felix/pods", DEADLINE)
+
+    async def no_answer() -> bool | None:
+        await trio.sleep_forever()  # the datastore is unreachable: cut off at an interval
+        return None
+
+    with trio.move_on_after(300):
+        await until_stalled(check, no_answer, "felix/pods")
+        pytest.fail("stalled without evidence")
+    (state,) = board.states()
+    assert state.stale and state.age >= 300

@@ -1,0 +1,34 @@
+"""The cross-check loop beside a watch stream (the trio shell of :class:`.stall.StallCheck`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from .stall import StallCheck, Verdict, WatchStalled
+
+Probe = Callable[[], Awaitable[bool | None]]
+
+
+async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchStalled:
+    """Probe whenever the stream has been silent for ``check.interval`` (and no more often
+    than that); return once :meth:`StallCheck.probed` calls the stream stalled.
+
+    ``probe()`` answers whether the datastore has a change the stream has not delivered
+    (True/False, None when it cannot tell); one that takes longer than an interval counts
+    as None.  The caller then tears the stream down and resumes it.
+    """
+    next_probe = -math.inf
+    while True:
+        await trio.sleep_until(max(check.last_progress + check.interval, next_probe))
+        if not check.due(trio.current_time()):
+            continue  # the stream delivered meanwhile
+        missed: bool | None = None
+        with trio.move_on_after(check.interval):
+            missed = await probe()
+        now = trio.current_time()
+        next_probe = now + check.interval
+        if check.probed(missed, now) is Verdict.STALLED:
+            return WatchStalled(stream, check.silent_for(now))

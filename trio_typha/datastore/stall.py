@@ -1,0 +1,162 @@
+"""Noticing a watch stream that has stopped delivering (pure: no I/O, no trio).
+
+A long-lived watch can go silent without failing: a firewall that drops its inbound packets,
+a proxy or middlebox that stops forwarding, a wedged server-side watcher.  A keepalive on
+another connection proves nothing about this one, so every watch stream gets a check of its
+own, in two layers:
+
+* TCP keepalive with short timers and ``TCP_USER_TIMEOUT`` on the watch's socket
+  (:func:`keepalive_socket_options`): the probes' ACKs travel the very path the missing data
+  would, so a path that drops inbound packets kills the connection within the deadline.
+* A cross-check on another connection (:class:`StallCheck`): while the stream has been
+  silent for ``interval``, the watcher asks the datastore whether anything in the watched
+  range changed after the last revision the stream delivered (a short watch from that
+  revision, on a connection of its own).  "Nothing" counts as progress, as a progress
+  notification or a bookmark would; "something" twice in a row, with the stream still
+  silent, means the stream is stalled: the watcher tears it down and resumes from its last
+  revision.  This catches what TCP cannot: a peer (or proxy) that keeps the connection open
+  and ACKs but forwards nothing.
+
+With ``interval = deadline / 3``, a change made while the stream is stalled is noticed at the
+second probe after it, i.e. within about two thirds of the deadline plus two probe windows.
+
+:class:`WatchBoard` keeps the age of every watch's last event or progress for the
+``typha_watch_progress_age_seconds`` metric and the readiness detail.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+DEFAULT_DEADLINE = 30.0
+
+
+def probe_window(deadline: float) -> float:
+    """How long a cross-check waits for a replayed change after its watch is accepted.
+
+    Datastores replay history to a new watch at once (etcd within its 100 ms sync loop), so
+    a second is plenty; short deadlines (tests) get a proportionally short window.
+    """
+    return min(1.0, deadline / 6)
+
+
+def keepalive_socket_options(deadline: float) -> list[tuple[int, int, int]]:
+    """``setsockopt`` triples that make the kernel give up on a silent peer within
+    ``deadline`` seconds: keepalive probes after ``deadline / 3`` of idleness, then every
+    ``deadline / 6``; ``TCP_USER_TIMEOUT`` bounds both unanswered probes and unacknowledged
+    data to ``5/6`` of the deadline.  Options the platform lacks are left out."""
+    idle = max(1, int(deadline / 3))
+    interval = max(1, int(deadline / 6))
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                        ("TCP_KEEPCNT", 3),
+                        ("TCP_USER_TIMEOUT", max(1000, int(deadline * 5 / 6 * 1000)))):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            options.append((socket.IPPROTO_TCP, opt, value))
+    return options
+
+
+class Verdict(enum.Enum):
+    FRESH = "fresh"  # the stream has delivered everything (or a probe confirmed it)
+    SUSPECT = "suspect"  # a probe saw a change the stream has not delivered yet
+    STALLED = "stalled"  # it still has not, one interval later: tear the stream down
+
+
+class WatchStalled(Exception):
+    """A watch stream stopped delivering; the watcher resumes it from its last revision."""
+
+    def __init__(self, stream: str, silent_for: float) -> None:
+        super().__init__(f"watch {stream} delivered nothing for {silent_for:.1f}s while the "
+                         f"datastore had newer changes")
+        self.stream = stream
+        self.silent_for = silent_for
+
+
+class StallCheck:
+    """The cross-check's decisions for one watch stream (pure; times from the caller).
+
+    The watcher calls :meth:`progressed` whenever the stream delivers anything (an event, a
+    progress notification or bookmark, the acknowledgement of a new watch); every
+    ``interval`` it asks :meth:`due` whether to probe, and reports each probe's answer to
+    :meth:`probed`: True (the datastore has a change after the stream's last revision),
+    False (it has none) or None (the probe could not tell: it failed or timed out).
+    """
+
+    def __init__(self, deadline: float, now: float) -> None:
+        if deadline <= 0:
+            raise ValueError(f"watch stall deadline must be > 0, got {deadline}")
+        self.deadline = deadline
+        self.interval = deadline / 3
+        self.last_progress = now
+        self.last_delivery = now  # the stream's own traffic, for the WARNING
+        self._suspect_since: float | None = None
+
+    def progressed(self, now: float) -> None:
+        self.last_progress = self.last_delivery = now
+        self._suspect_since = None
+
+    def due(self, now: float) -> bool:
+        """Whether the stream has been silent long enough to be cross-checked."""
+        return now >= self.last_progress + self.interval  # the sum the caller sleeps until
+
+    def probed(self, missed: bool | None, now: float) -> Verdict:
+        if missed is None:
+            return Verdict.SUSPECT if self._suspect_since is not None else Verdict.FRESH
+        if not missed:
+            self.last_progress = now
+            self._suspect_since = None
+            return Verdict.FRESH
+        if self._suspect_since is None:
+            self._suspect_since = now
+            return Verdict.SUSPECT
+        return Verdict.STALLED
+
+    @property
+    def suspect(self) -> bool:
+        return self._suspect_since is not None
+
+    def silent_for(self, now: float) -> float:
+        return now - self.last_delivery
+
+
+@dataclass(frozen=True, slots=True)
+class WatchState:
+    """What the board says about one watch at one moment."""
+
+    name: str
+    age: float  # seconds since its last event, progress or confirming probe
+    stale: bool  # silent past its deadline, or known to be missing changes
+
+    def describe(self) -> str:
+        return f"watch {self.name} silent for {self.age:.0f}s: the cache may be stale"
+
+
+class WatchBoard:
+    """Every running watch's :class:`StallCheck`, by stream name ("felix/pods")."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._checks: dict[str, StallCheck] = {}
+
+    def add(self, name: str, deadline: float) -> StallCheck:
+        """A new check for ``name`` (replacing an older one of that name)."""
+        check = StallCheck(deadline, self._clock())
+        self._checks[name] = check
+        return check
+
+    def remove(self, name: str, check: StallCheck) -> None:
+        if self._checks.get(name) is check:
+            del self._checks[name]
+
+    def states(self, prefix: str = "") -> Iterator[WatchState]:
+        """The watches whose names start with ``prefix``, in name order."""
+        now = self._clock()
+        for name in sorted(self._checks):
+            if name.startswith(prefix):
+                check = self._checks[name]
+                age = now - check.last_progress
+                yield WatchState(name, age, check.suspect or age > check.deadline)
