@@ -6,7 +6,7 @@ sync, the test stalls the connections carrying watches (both TCP connections sta
 server's bytes stop at the proxy) while every other connection keeps working, deletes an
 object, and waits for the deletion to reach the client.  The deadline is short (real
 sockets, real time); the detection time is printed, not asserted (the virtual-time tests in
-tests/unit/test_watch_stall.py hold the deadline).
+tests/unit/test_stall_check.py hold the deadline).
 """
 
 from __future__ import annotations
