@@ -67,10 +67,10 @@ def client_command(protocol: str, impl: str, port: int, n: int, syncer: str,
 
 def snapshot_sizes(daemon: Daemon, syncer: str) -> dict:
     """The syncer's snapshot as gob (plain, streamed) and as the snappy-compressed stream."""
-    from trio_typha.protocols.gob import shared
+    from trio_typha.protocols.gob import encode_once
     snap = daemon.pipelines[syncer].feed.snapshot_point().snapshot()
-    raw = shared.build_streamed_snapshot(snap, 1000)
-    compressed = shared.build_compressed_snapshot(snap)
+    raw = encode_once.build_streamed_snapshot(snap, 1000)
+    compressed = encode_once.build_compressed_snapshot(snap)
     return {"snapshot_keys": len(snap), "snapshot_gob_bytes": len(raw),
             "snapshot_snappy_bytes": len(compressed),
             "snapshot_value_bytes": sum(len(u.value or b"") for u in snap)}

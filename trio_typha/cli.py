@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import trio
 
 from . import BUILD_VERSION
-from .config import ConfigError, load_config, param_by_flag
+from .config import ConfigError, help_table, load_config, param_by_flag
 from .datastore.memory import StoreError
 from .datastore.seed import SeedError
 from .logs import early_level, setup_logging
@@ -46,7 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=BUILD_VERSION)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("serve", help="run the Typha server")
+    s = sub.add_parser(
+        "serve", help="run the Typha server", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="parameters (TYPHA_<NAME> in the environment, NAME=value in the config file, "
+               "--set NAME=value):\n" + help_table())
     s.add_argument("-c", "--config-file", help="INI config file (default /etc/calico/typha.cfg)")
     s.add_argument("--datastore", help="kubernetes | etcdv3 | memory (TYPHA_DATASTORETYPE)")
     s.add_argument("--host", help="listen address (TYPHA_SERVERHOST)")

@@ -128,142 +128,180 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 @dataclass(frozen=True, slots=True)
 class Param:
+    """One parameter as declared on a :class:`Config` field (see :func:`param`)."""
+
     name: str  # Typha's parameter name; env is TYPHA_<NAME.upper()>
     field: str  # Config attribute
     parse: Parser
     default: Any
+    doc: str
     zero: Any = None  # value of "none"; None means "none" is not allowed
+    #: Typha's built-in default, used instead of a value <= 0 when the server is built.
+    fallback: Any = None
+    own: bool = False  # trio-typha's own parameter, not Typha's
 
     @property
     def env(self) -> str:
         return "TYPHA_" + self.name.upper()
 
+    def effective(self, value: Any) -> Any:
+        """``value`` after Typha's re-defaulting of values <= 0 (where it re-defaults)."""
+        if self.fallback is not None and value <= 0:
+            return self.fallback
+        return value
 
-def _p(name: str, field: str, parse: Parser, default: Any, zero: Any = ...) -> Param:
+
+def param(name: str, parse: Parser, default: Any, doc: str, *, zero: Any = ...,
+          fallback: Any = None, own: bool = False) -> Any:
+    """Declare a :class:`Config` field as Typha parameter ``name``.
+
+    ``zero`` is the value ``none`` sets (by default the type's zero value; None forbids
+    ``none``); ``fallback`` is Typha's own default for a value <= 0.
+    """
     if zero is ...:
         zero = {bool: False, int: 0, float: 0.0, str: ""}.get(type(default), default)
-    return Param(name, field, parse, default, zero)
-
-
-PARAMS: tuple[Param, ...] = (
-    _p("DatastoreType", "datastore_type", _oneof("kubernetes", "etcdv3", "memory"), "etcdv3",
-       zero=None),
-    _p("EtcdAddr", "etcd_addr", _string, "127.0.0.1:2379"),
-    _p("EtcdScheme", "etcd_scheme", _oneof("http", "https"), "http"),
-    _p("EtcdKeyFile", "etcd_key_file", _file_must_exist, ""),
-    _p("EtcdCertFile", "etcd_cert_file", _file_must_exist, ""),
-    _p("EtcdCaFile", "etcd_ca_file", _file_must_exist, ""),
-    _p("EtcdEndpoints", "etcd_endpoints", _endpoint_list, (), zero=()),
-    _p("LogSeverityScreen", "log_severity_screen", _oneof(*LOG_LEVELS), "INFO"),
-    _p("HealthEnabled", "health_enabled", _bool, False),
-    _p("HealthHost", "health_host", _host, "localhost"),
-    _p("HealthPort", "health_port", _int(0, 65535), 9098),
-    _p("PrometheusMetricsEnabled", "prometheus_metrics_enabled", _bool, False),
-    _p("PrometheusMetricsHost", "prometheus_metrics_host", _string, ""),
-    _p("PrometheusMetricsPort", "prometheus_metrics_port", _int(0, 65535), 9093),
-    _p("PrometheusProcessMetricsEnabled", "prometheus_process_metrics_enabled", _bool, True),
-    _p("SnapshotCacheMaxBatchSize", "snapshot_cache_max_batch_size", _int(1), 100),
-    _p("ServerMaxMessageSize", "server_max_message_size", _int(1), 100),
-    _p("ServerMaxFallBehindSecs", "server_max_fall_behind_secs", _seconds, 300.0),
-    _p("ServerNewClientFallBehindGracePeriod", "server_new_client_fall_behind_grace_period",
-       _seconds, 300.0),
-    _p("ServerMinBatchingAgeThresholdSecs", "server_min_batching_age_threshold_secs", _seconds,
-       0.01),
-    _p("ServerPingIntervalSecs", "server_ping_interval_secs", _seconds, 10.0),
-    _p("ServerPongTimeoutSecs", "server_pong_timeout_secs", _seconds, 60.0),
-    _p("ServerHandshakeTimeoutSecs", "server_handshake_timeout_secs", _seconds, 10.0),
-    _p("ServerWriteTimeoutSecs", "server_write_timeout_secs", _seconds, 120.0),
-    _p("ServerPort", "server_port", _int(0, 65535), 0),
-    _p("ServerHost", "server_host", _host, ""),
-    _p("ServerKeyFile", "server_key_file", _file_must_exist, ""),
-    _p("ServerCertFile", "server_cert_file", _file_must_exist, ""),
-    _p("CAFile", "ca_file", _file_must_exist, ""),
-    _p("ClientCN", "client_cn", _string, ""),
-    _p("ClientURISAN", "client_uri_san", _string, ""),
-    _p("ConnectionRebalancingMode", "connection_rebalancing_mode", _oneof("none", "kubernetes"),
-       "none"),
-    _p("ConnectionDropIntervalSecs", "connection_drop_interval_secs", _seconds, 1.0),
-    _p("ShutdownTimeoutSecs", "shutdown_timeout_secs", _seconds, 300.0),
-    _p("ShutdownConnectionDropIntervalMaxSecs", "shutdown_connection_drop_interval_max_secs",
-       _seconds, 1.0),
-    _p("MaxConnectionsUpperLimit", "max_connections_upper_limit", _int(1), 10000),
-    _p("MaxConnectionsLowerLimit", "max_connections_lower_limit", _int(1), 400),
-    _p("K8sServicePollIntervalSecs", "k8s_service_poll_interval_secs", _seconds, 30.0),
-    _p("K8sNamespace", "k8s_namespace", _string, "kube-system"),
-    _p("K8sServiceName", "k8s_service_name", _string, "calico-typha"),
-    _p("K8sPortName", "k8s_port_name", _string, "calico-typha"),
-    # trio-typha's own parameters.
-    _p("ServerProtocols", "server_protocols", _oneof("all", "typha", "grpc"), "all"),
-    _p("ServerMaxConcurrentStreams", "server_max_concurrent_streams", _int(1, 1 << 20), 16),
-    _p("ServerDrainTimeoutSecs", "server_drain_timeout_secs", _seconds, 10.0),
-    _p("SnapshotReuseAgeSecs", "snapshot_reuse_age_secs", _seconds, 1.0),
-    _p("CacheWakeIntervalSecs", "cache_wake_interval_secs", _seconds, 0.0),
-    # How long a datastore watch stream may stop delivering before it is noticed and
-    # re-established (trio_typha/datastore/stall.py); Typha has no such parameter.
-    _p("WatchStallTimeoutSecs", "watch_stall_timeout_secs", _positive_seconds, 30.0),
-    _p("MemorySeedFile", "memory_seed_file", _file_must_exist, ""),
-    _p("MemoryDemoCluster", "memory_demo_cluster",
-       _oneof("", "tiny", "small", "medium", "large"), ""),
-    _p("MemoryChurnRate", "memory_churn_rate", _seconds, 0.0),
-)
-
-_BY_NAME = {p.name.lower(): p for p in PARAMS}
+    spec = {"name": name, "parse": parse, "doc": doc, "zero": zero, "fallback": fallback,
+            "own": own}
+    return dataclasses.field(default=default, metadata={"typha_param": spec})
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every parameter's final value; build with :func:`load_config`."""
+    """Every parameter's final value; build with :func:`load_config`.
 
-    datastore_type: str
-    etcd_addr: str
-    etcd_scheme: str
-    etcd_key_file: str
-    etcd_cert_file: str
-    etcd_ca_file: str
-    etcd_endpoints: tuple[str, ...]
-    log_severity_screen: str
-    health_enabled: bool
-    health_host: str
-    health_port: int
-    prometheus_metrics_enabled: bool
-    prometheus_metrics_host: str
-    prometheus_metrics_port: int
-    prometheus_process_metrics_enabled: bool
-    snapshot_cache_max_batch_size: int
-    server_max_message_size: int
-    server_max_fall_behind_secs: float
-    server_new_client_fall_behind_grace_period: float
-    server_min_batching_age_threshold_secs: float
-    server_ping_interval_secs: float
-    server_pong_timeout_secs: float
-    server_handshake_timeout_secs: float
-    server_write_timeout_secs: float
-    server_port: int
-    server_host: str
-    server_key_file: str
-    server_cert_file: str
-    ca_file: str
-    client_cn: str
-    client_uri_san: str
-    connection_rebalancing_mode: str
-    connection_drop_interval_secs: float
-    shutdown_timeout_secs: float
-    shutdown_connection_drop_interval_max_secs: float
-    max_connections_upper_limit: int
-    max_connections_lower_limit: int
-    k8s_service_poll_interval_secs: float
-    k8s_namespace: str
-    k8s_service_name: str
-    k8s_port_name: str
-    server_protocols: str
-    server_max_concurrent_streams: int
-    server_drain_timeout_secs: float
-    snapshot_reuse_age_secs: float
-    cache_wake_interval_secs: float
-    watch_stall_timeout_secs: float
-    memory_seed_file: str
-    memory_demo_cluster: str
-    memory_churn_rate: float
+    Each field is declared once, here: Typha's name, parser, default and meaning.  The
+    parameter table (:data:`PARAMS`), ``ServerSettings`` and ``trio-typha serve --help`` are
+    derived from these declarations.  Values are as configured; the server applies Typha's
+    re-defaulting (:meth:`Param.effective`, :meth:`effective`) when it is built.
+    """
+
+    datastore_type: str = param(
+        "DatastoreType", _oneof("kubernetes", "etcdv3", "memory"), "etcdv3",
+        "datastore to sync from: kubernetes, etcdv3, or trio-typha's embedded memory",
+        zero=None)
+    etcd_addr: str = param("EtcdAddr", _string, "127.0.0.1:2379",
+                           "etcd host:port, used when EtcdEndpoints is empty")
+    etcd_scheme: str = param("EtcdScheme", _oneof("http", "https"), "http",
+                             "scheme used with EtcdAddr")
+    etcd_key_file: str = param("EtcdKeyFile", _file_must_exist, "", "etcd client TLS key")
+    etcd_cert_file: str = param("EtcdCertFile", _file_must_exist, "",
+                                "etcd client TLS certificate")
+    etcd_ca_file: str = param("EtcdCaFile", _file_must_exist, "",
+                              "CA bundle that signs etcd's certificate")
+    etcd_endpoints: tuple[str, ...] = param(
+        "EtcdEndpoints", _endpoint_list, (), "comma-separated etcd URLs; replaces "
+        "EtcdScheme + EtcdAddr", zero=())
+    log_severity_screen: str = param("LogSeverityScreen", _oneof(*LOG_LEVELS), "INFO",
+                                     "log level on stderr")
+    health_enabled: bool = param("HealthEnabled", _bool, False,
+                                 "serve /liveness and /readiness")
+    health_host: str = param("HealthHost", _host, "localhost", "health bind address")
+    health_port: int = param("HealthPort", _int(0, 65535), 9098, "health port")
+    prometheus_metrics_enabled: bool = param("PrometheusMetricsEnabled", _bool, False,
+                                             "serve Prometheus /metrics")
+    prometheus_metrics_host: str = param("PrometheusMetricsHost", _string, "",
+                                         "metrics bind address (empty: all)")
+    prometheus_metrics_port: int = param("PrometheusMetricsPort", _int(0, 65535), 9093,
+                                         "metrics port")
+    prometheus_process_metrics_enabled: bool = param(
+        "PrometheusProcessMetricsEnabled", _bool, True, "include process_* metrics")
+    snapshot_cache_max_batch_size: int = param(
+        "SnapshotCacheMaxBatchSize", _int(1), 100,
+        "most datastore updates folded into one breadcrumb")
+    # Typha: a value < 1 becomes 100 (sync_server.go, defaultMaxMessageSize).
+    server_max_message_size: int = param(
+        "ServerMaxMessageSize", _int(1), 100, "most KVs per message (snapshot and deltas)",
+        fallback=100)
+    # Typha re-defaults every server duration <= 0 to its built-in default (sync_server.go,
+    # the default* constants); the fallbacks below are those defaults.
+    server_max_fall_behind_secs: float = param(
+        "ServerMaxFallBehindSecs", _seconds, 300.0,
+        "drop a client whose next update is this much older than the newest", fallback=300.0)
+    server_new_client_fall_behind_grace_period: float = param(
+        "ServerNewClientFallBehindGracePeriod", _seconds, 300.0,
+        "after its snapshot, how long a new client may stay behind", fallback=300.0)
+    # Typha's config default is 10 ms, but its server's fallback for <= 0 is 100 ms.
+    server_min_batching_age_threshold_secs: float = param(
+        "ServerMinBatchingAgeThresholdSecs", _seconds, 0.01,
+        "a client closer than this to the newest data gets each breadcrumb unbatched",
+        fallback=0.1)
+    server_ping_interval_secs: float = param(
+        "ServerPingIntervalSecs", _seconds, 10.0, "ping period (plus up to 10% jitter)",
+        fallback=10.0)
+    # No fallback: Typha replaces any PongTimeout <= 2 x PingInterval by 6 x PingInterval
+    # (ServerSettings.normalized).
+    server_pong_timeout_secs: float = param(
+        "ServerPongTimeoutSecs", _seconds, 60.0, "drop a client that sends no pong for this long")
+    server_handshake_timeout_secs: float = param(
+        "ServerHandshakeTimeoutSecs", _seconds, 10.0,
+        "time from accept to the client's hello (TLS handshake included)", fallback=10.0)
+    server_write_timeout_secs: float = param(
+        "ServerWriteTimeoutSecs", _seconds, 120.0, "deadline of each socket write",
+        fallback=120.0)
+    server_port: int = param("ServerPort", _int(0, 65535), 0, "listen port (0 means 5473)")
+    server_host: str = param("ServerHost", _host, "", "listen address (empty: all)")
+    server_key_file: str = param("ServerKeyFile", _file_must_exist, "", "server TLS key")
+    server_cert_file: str = param("ServerCertFile", _file_must_exist, "",
+                                  "server TLS certificate")
+    ca_file: str = param("CAFile", _file_must_exist, "",
+                         "CA bundle that client certificates must chain to")
+    client_cn: str = param("ClientCN", _string, "", "required client certificate CN")
+    client_uri_san: str = param("ClientURISAN", _string, "",
+                                "required client certificate URI SAN")
+    connection_rebalancing_mode: str = param(
+        "ConnectionRebalancingMode", _oneof("none", "kubernetes"), "none",
+        "kubernetes: derive the connection limit from the number of Typhas and nodes")
+    connection_drop_interval_secs: float = param(
+        "ConnectionDropIntervalSecs", _seconds, 1.0,
+        "while over the connection limit, drop one connection per interval", fallback=1.0)
+    shutdown_timeout_secs: float = param(
+        "ShutdownTimeoutSecs", _seconds, 300.0, "time budget of the graceful drain",
+        fallback=300.0)
+    shutdown_connection_drop_interval_max_secs: float = param(
+        "ShutdownConnectionDropIntervalMaxSecs", _seconds, 1.0,
+        "longest pause between two connections closed while draining", fallback=1.0)
+    # Typha: MaxConns <= 0 becomes math.MaxInt32.
+    max_connections_upper_limit: int = param(
+        "MaxConnectionsUpperLimit", _int(1), 10000, "starting and highest connection limit",
+        fallback=(1 << 31) - 1)
+    max_connections_lower_limit: int = param(
+        "MaxConnectionsLowerLimit", _int(1), 400, "lowest computed connection limit")
+    k8s_service_poll_interval_secs: float = param(
+        "K8sServicePollIntervalSecs", _seconds, 30.0, "connection rebalancing poll interval")
+    k8s_namespace: str = param("K8sNamespace", _string, "kube-system",
+                               "namespace of Typha's own Service")
+    k8s_service_name: str = param("K8sServiceName", _string, "calico-typha",
+                                  "name of Typha's own Service")
+    k8s_port_name: str = param("K8sPortName", _string, "calico-typha",
+                               "port name of Typha's Service in its EndpointSlices")
+    # trio-typha's own parameters.
+    server_protocols: str = param(
+        "ServerProtocols", _oneof("all", "typha", "grpc"), "all",
+        "protocols served on the port: Typha's gob protocol, gRPC, or both", own=True)
+    server_max_concurrent_streams: int = param(
+        "ServerMaxConcurrentStreams", _int(1, 1 << 20), 16,
+        "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS", own=True)
+    server_drain_timeout_secs: float = param(
+        "ServerDrainTimeoutSecs", _seconds, 10.0,
+        "after GOAWAY, how long HTTP/2 streams may finish", own=True)
+    snapshot_reuse_age_secs: float = param(
+        "SnapshotReuseAgeSecs", _seconds, 1.0,
+        "clients connecting within this time share one snapshot", own=True)
+    cache_wake_interval_secs: float = param(
+        "CacheWakeIntervalSecs", _seconds, 0.0,
+        "wake clients at most once per interval (0: on every update)", own=True)
+    # See trio_typha/datastore/stall.py; Typha has no such parameter.
+    watch_stall_timeout_secs: float = param(
+        "WatchStallTimeoutSecs", _positive_seconds, 30.0,
+        "how long a datastore watch stream may stay silent before it is checked and "
+        "re-established", own=True)
+    memory_seed_file: str = param("MemorySeedFile", _file_must_exist, "",
+                                  "memory datastore: YAML of resources to load", own=True)
+    memory_demo_cluster: str = param(
+        "MemoryDemoCluster", _oneof("", "tiny", "small", "medium", "large"), "",
+        "memory datastore: synthetic cluster to load", own=True)
+    memory_churn_rate: float = param("MemoryChurnRate", _seconds, 0.0,
+                                     "memory datastore: writes per second of churn", own=True)
 
     @property
     def port(self) -> int:
@@ -275,8 +313,31 @@ class Config:
         return any((self.server_key_file, self.server_cert_file, self.ca_file, self.client_cn,
                     self.client_uri_san))
 
+    def effective(self, name: str) -> Any:
+        """Parameter ``name`` (Typha's name) as the server uses it, after re-defaulting."""
+        p = param_by_flag(name)
+        return p.effective(getattr(self, p.field))
+
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
+
+
+#: The parameter table, in declaration order.
+PARAMS: tuple[Param, ...] = tuple(
+    Param(field=f.name, default=f.default, **f.metadata["typha_param"])
+    for f in dataclasses.fields(Config))
+
+_BY_NAME = {p.name.lower(): p for p in PARAMS}
+
+
+def help_table() -> str:
+    """Every parameter, its default and meaning, for ``--help``."""
+    lines = []
+    for p in PARAMS:
+        default = ",".join(p.default) if isinstance(p.default, tuple) else p.default
+        own = " [trio-typha]" if p.own else ""
+        lines.append(f"  {p.env} (default {default!r}){own}\n      {p.doc}")
+    return "\n".join(lines)
 
 
 def _read_file(path: str, explicit: bool) -> dict[str, str]:
@@ -321,7 +382,7 @@ def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None
     sources.append(("environment", env_values))
     sources.append(("flag", dict(overrides or {})))
 
-    values = {p.field: p.default for p in PARAMS}
+    values: dict[str, Any] = {}
     for origin, raw_values in sources:
         for raw_name, raw in raw_values.items():
             param = _BY_NAME.get(raw_name.lower())

@@ -10,6 +10,7 @@ the same instant.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import trio
 
 from . import BUILD_VERSION
-from .cache import CacheFeed
+from .cache.feed import CacheFeed
 from .config import Config
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
@@ -30,29 +31,14 @@ from .observe.health import Health, Report
 from .observe.httpd import serve_http
 from .observe.metrics import Metrics
 from .server.connections import ConnectionRegistry
-from .server.context import ServerContext, ServerSettings
+from .server.context import ServerContext
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
+from .server.settings import ServerSettings
 from .syncer.pipeline import SyncerPipeline
 
 log = logging.getLogger(__name__)
-
-
-def settings_from_config(cfg: Config) -> ServerSettings:
-    return ServerSettings(
-        ping_interval=cfg.server_ping_interval_secs or 10.0,
-        pong_timeout=cfg.server_pong_timeout_secs or 60.0,
-        handshake_timeout=cfg.server_handshake_timeout_secs or 10.0,
-        write_timeout=cfg.server_write_timeout_secs or 120.0,
-        max_fall_behind=cfg.server_max_fall_behind_secs or 300.0,
-        new_client_fall_behind_grace=cfg.server_new_client_fall_behind_grace_period or 300.0,
-        min_batching_age=cfg.server_min_batching_age_threshold_secs or 0.1,
-        max_message_size=max(cfg.server_max_message_size, 1),
-        snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
-        max_concurrent_streams=cfg.server_max_concurrent_streams,
-        drain_timeout=cfg.server_drain_timeout_secs,
-    ).normalized()
 
 
 def make_datastore(cfg: Config, store: MemoryStore | None = None) -> tuple[Datastore, dict[str, Any]]:
@@ -113,7 +99,7 @@ class Daemon:
                 "calico_group": getattr(datastore, "calico_group", CALICO_V3_GROUP)}
         else:
             self.datastore, self._definition_args = make_datastore(cfg, store)
-        self.settings = settings_from_config(cfg)
+        self.settings = ServerSettings.from_config(cfg)
         self.pipelines: dict[str, SyncerPipeline] = {}
         self.ctx: ServerContext | None = None
         self.connections = ConnectionRegistry(active=self.metrics.connections_active,
@@ -202,7 +188,9 @@ class Daemon:
                 await nursery.start(feed.run_broadcast)
             log.info("Starting the datastore Syncer/cache layer")
             for syncer_type, feed in feeds.items():
-                definition = syncer_definition(syncer_type, **self._definition_args)
+                definition = syncer_definition(
+                    syncer_type, **self._definition_args,
+                    felix_interface_prefix=os.environ.get("FELIX_INTERFACEPREFIX"))
                 pipeline = SyncerPipeline(definition, self.datastore, feed,
                                           validator=validator, metrics=self.metrics)
                 self.pipelines[syncer_type] = pipeline
@@ -212,8 +200,8 @@ class Daemon:
             self.health.register("SyncServer", self._server_report)
             await nursery.start(self._serve_sync)
             self.governor = Governor(
-                self.connections, limit=cfg.max_connections_upper_limit,
-                interval=cfg.connection_drop_interval_secs or 1.0,
+                self.connections, limit=cfg.effective("MaxConnectionsUpperLimit"),
+                interval=cfg.effective("ConnectionDropIntervalSecs"),
                 on_drop=self.metrics.connections_dropped.inc)
             await nursery.start(self.governor.run)
             if self._rebalance_api is not None:
@@ -295,8 +283,8 @@ class Daemon:
         self.ctx.draining.set()
         cfg = self.config
         await self.connections.drain(
-            spread_over=cfg.shutdown_timeout_secs,
-            max_interval=cfg.shutdown_connection_drop_interval_max_secs or 1.0)
+            spread_over=cfg.effective("ShutdownTimeoutSecs"),
+            max_interval=cfg.effective("ShutdownConnectionDropIntervalMaxSecs"))
 
     async def _signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -308,10 +296,10 @@ class Daemon:
 def _protocols(which: str) -> Protocols:
     gob = h2 = None
     if which in ("all", "typha"):
-        from .protocols.gob.server import serve_gob_connection
+        from .protocols.gob.shell import serve_gob_connection
         gob = serve_gob_connection
     if which in ("all", "grpc"):
-        from .protocols.grpc.server import serve_h2_connection
+        from .protocols.grpc.shell import serve_h2_connection
         h2 = serve_h2_connection
     return Protocols(gob=gob, h2=h2)
 

@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from tests.etcd_server import run_etcd
-from trio_typha.cache import CacheFeed
 from trio_typha.cache.core import Breadcrumb
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.model import validation
 from trio_typha.model.kv import UpdateType

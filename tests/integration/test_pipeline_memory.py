@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from trio_typha.cache import CacheFeed
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.datastore.memory import MemoryDatastore, MemoryStore
 from trio_typha.model import kinds as K
 from trio_typha.model.kv import SyncStatus, UpdateType

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import trio
 
-from trio_typha.cache import CacheFeed
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus, UpdateType
-from trio_typha.protocols.gob import shared, snappy
+from trio_typha.protocols.gob import encode_once, snappy
 from trio_typha.protocols.gob.client_session import ClientSession
 from trio_typha.protocols.gob.codec import (
     BOOL,
@@ -46,8 +46,9 @@ from trio_typha.protocols.gob.messages import (
     MsgSyncStatus,
     go_text,
 )
-from trio_typha.protocols.gob.server import serve_gob_connection
-from trio_typha.server.context import ServerContext, ServerSettings
+from trio_typha.protocols.gob.shell import serve_gob_connection
+from trio_typha.server.context import ServerContext
+from trio_typha.server.settings import ServerSettings
 
 pytestmark = pytest.mark.go
 
@@ -276,14 +277,14 @@ SERVER_MESSAGES: list[object] = [
 
 
 def test_go_decodes_the_server_stream(gobtool: Path, tmp_path: Path) -> None:
-    data = shared.STREAM_PREFIX + b"".join(shared.encode(m) for m in SERVER_MESSAGES)
+    data = encode_once.STREAM_PREFIX + b"".join(encode_once.encode(m) for m in SERVER_MESSAGES)
     assert go_decode(gobtool, tmp_path, data) == [describe(m) for m in SERVER_MESSAGES]
 
 
 def test_go_decodes_the_compressed_snapshot(gobtool: Path, tmp_path: Path) -> None:
     snapshot = tuple(SerializedUpdate(f"/calico/v1/k{i:05d}", os.urandom(i % 300 + 1), str(i))
                      for i in range(2500))
-    got = go_decode(gobtool, tmp_path, shared.build_compressed_snapshot(snapshot),
+    got = go_decode(gobtool, tmp_path, encode_once.build_compressed_snapshot(snapshot),
                     compressed=True)
     assert [len(m["KVs"]) for m in got[:-1]] == [1000, 1000, 500]
     assert got[-1] == describe(MsgDecoderRestart("End of compressed snapshot.", "snappy"))
@@ -294,9 +295,9 @@ def test_go_decodes_the_python_client_stream(gobtool: Path, tmp_path: Path) -> N
     core = ClientSession(syncer_type="bgp", hostname="n1", info="i", version="v", conn_id=42)
     stamp = GoTime.from_unix_ns(1_700_000_000 * 10**9 + 5, 0)
     # A restart to a new plain stream, which starts with its own definitions.
-    restart = shared.STREAM_PREFIX + shared.encode(MsgServerHello("v", "bgp", True, 1)) \
-        + shared.encode(MsgDecoderRestart("x", "")) + shared.STREAM_PREFIX \
-        + shared.encode(MsgPing(stamp))
+    restart = encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello("v", "bgp", True, 1)) \
+        + encode_once.encode(MsgDecoderRestart("x", "")) + encode_once.STREAM_PREFIX \
+        + encode_once.encode(MsgPing(stamp))
     core.receive_data(restart)
     assert go_decode(gobtool, tmp_path, core.data_to_send()) == [
         describe(MsgClientHello("n1", "i", "v", "bgp", True, ("snappy",), True, 42)),

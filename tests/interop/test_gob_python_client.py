@@ -9,7 +9,7 @@ import pytest
 import trio
 import trustme
 
-from trio_typha.cache import CacheFeed
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.client.typha import (
     Connected,
     Disconnected,
@@ -18,8 +18,9 @@ from trio_typha.client.typha import (
     TyphaClient,
 )
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus, UpdateType
-from trio_typha.protocols.gob.server import serve_gob_connection
-from trio_typha.server.context import ServerContext, ServerSettings
+from trio_typha.protocols.gob.shell import serve_gob_connection
+from trio_typha.server.context import ServerContext
+from trio_typha.server.settings import ServerSettings
 
 
 def make_ctx(kvs: int = 1200) -> ServerContext:

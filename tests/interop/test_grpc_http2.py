@@ -8,9 +8,9 @@ import pytest
 import trio
 
 from trio_typha.model.kv import SerializedUpdate, UpdateType
-from trio_typha.protocols.grpc import h2conn, server
+from trio_typha.protocols.grpc import h2conn, shell
 from trio_typha.protocols.grpc import typha_pb2 as pb
-from trio_typha.server.context import ServerSettings
+from trio_typha.server.settings import ServerSettings
 
 FAST_DRAIN = ServerSettings(drain_timeout=0.5)
 
@@ -40,7 +40,7 @@ async def test_stalled_reader_does_not_stall_others_and_stays_bounded(grpc_harne
             await srv.wait_until(lambda: srv.connections and srv.connections[0].core.buffered(1))
             stuck_conn = srv.connections[0]
             largest = max(len(m) for m in _snapshot_messages(srv))
-            bound = server.STREAM_BUFFER_LIMIT + largest + h2conn.WRITE_CHUNK
+            bound = shell.STREAM_BUFFER_LIMIT + largest + h2conn.WRITE_CHUNK
 
             async with grpc_harness.grpcio_client(srv.port) as healthy:
                 await healthy.recv_kind("finished", skip=("header", "update"))
@@ -54,13 +54,13 @@ async def test_stalled_reader_does_not_stall_others_and_stays_bounded(grpc_harne
                     assert stuck_conn.buffered_bytes <= bound
             # The stuck stream never got its snapshot and is still parked, bounded.
             assert not finished(stuck, sid)
-            assert 0 < stuck_conn.core.buffered(sid) <= server.STREAM_BUFFER_LIMIT + largest
+            assert 0 < stuck_conn.core.buffered(sid) <= shell.STREAM_BUFFER_LIMIT + largest
             nursery.cancel_scope.cancel()
 
 
 def _snapshot_messages(srv):
-    from trio_typha.protocols.grpc import messages
-    return messages.snapshot_messages(srv.felix.snapshot_point(), srv.ctx.settings.max_message_size)
+    from trio_typha.protocols.grpc import encode_once
+    return encode_once.snapshot_messages(srv.felix.snapshot_point(), srv.ctx.settings.max_message_size)
 
 
 async def test_protocol_error_closes_only_that_connection(grpc_harness):

@@ -17,11 +17,12 @@ import pytest
 import trio
 import trio.testing
 
-from trio_typha.cache import CacheFeed
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus
-from trio_typha.protocols.grpc import GrpcConnection, serve_h2_connection
 from trio_typha.protocols.grpc import typha_pb2 as pb
-from trio_typha.server.context import ServerContext, ServerSettings
+from trio_typha.protocols.grpc.shell import GrpcConnection, serve_h2_connection
+from trio_typha.server.context import ServerContext
+from trio_typha.server.settings import ServerSettings
 
 LONG = 10_000.0  # virtual seconds; for timers a test does not exercise
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_typha.client.backoff import Backoff
+from trio_typha.backoff import Backoff
 
 
 def test_without_jitter_delays_double_up_to_the_ceiling() -> None:

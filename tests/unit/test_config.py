@@ -69,3 +69,70 @@ def test_sectionless_file_accepted(tmp_path) -> None:
     f = tmp_path / "t.cfg"
     f.write_text("ServerPort = 6100\n")
     assert load_config({}, config_file=str(f)).port == 6100
+
+
+# --- one declaration: the table, ServerSettings and --help derive from Config's fields ---
+
+
+def test_every_config_field_is_a_declared_parameter() -> None:
+    import dataclasses
+
+    from trio_typha.config import PARAMS, Config
+
+    assert [p.field for p in PARAMS] == [f.name for f in dataclasses.fields(Config)]
+    assert len({p.name.lower() for p in PARAMS}) == len(PARAMS)
+    assert all(p.doc for p in PARAMS)
+    assert load_config({}, config_file=None) == Config()
+
+
+def test_server_settings_defaults_are_the_parameters_defaults() -> None:
+    import dataclasses
+
+    from trio_typha.config import param_by_flag
+    from trio_typha.server.settings import ServerSettings
+
+    default = ServerSettings()
+    assert ServerSettings.from_config(load_config({})) == default
+    derived = [f for f in dataclasses.fields(ServerSettings) if "typha_param" in f.metadata]
+    assert len(derived) >= 11
+    for f in derived:
+        p = param_by_flag(f.metadata["typha_param"])
+        assert getattr(default, f.name) == p.effective(p.default)
+
+
+@pytest.mark.parametrize(("name", "field", "expected"), [
+    # Typha's built-in defaults for values <= 0 (the 100 ms batching age differs from the
+    # 10 ms config default on purpose, as in Typha).
+    ("ServerMinBatchingAgeThresholdSecs", "min_batching_age", 0.1),
+    ("ServerPingIntervalSecs", "ping_interval", 10.0),
+    ("ServerHandshakeTimeoutSecs", "handshake_timeout", 10.0),
+    ("ServerWriteTimeoutSecs", "write_timeout", 120.0),
+    ("ServerMaxFallBehindSecs", "max_fall_behind", 300.0),
+    ("ServerNewClientFallBehindGracePeriod", "new_client_fall_behind_grace", 300.0),
+])
+def test_values_at_or_below_zero_get_typhas_builtin_default(name: str, field: str,
+                                                            expected: float) -> None:
+    from trio_typha.server.settings import ServerSettings
+
+    for raw in ("0", "-3"):
+        cfg = load_config({f"TYPHA_{name.upper()}": raw})
+        assert getattr(ServerSettings.from_config(cfg), field) == expected
+        assert cfg.effective(name) == expected
+
+
+def test_pong_timeout_is_renormalized_not_redefaulted() -> None:
+    from trio_typha.server.settings import ServerSettings
+
+    cfg = load_config({"TYPHA_SERVERPINGINTERVALSECS": "5", "TYPHA_SERVERPONGTIMEOUTSECS": "0"})
+    assert ServerSettings.from_config(cfg).pong_timeout == 30.0
+
+
+def test_serve_help_lists_every_parameter(capsys: pytest.CaptureFixture[str]) -> None:
+    from trio_typha.cli import main
+    from trio_typha.config import PARAMS
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    for p in PARAMS:
+        assert p.env in out and p.doc.split()[0] in out

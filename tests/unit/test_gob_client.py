@@ -14,7 +14,7 @@ from trio_typha.client.typha import (
     parse_address,
 )
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
-from trio_typha.protocols.gob import shared
+from trio_typha.protocols.gob import encode_once
 from trio_typha.protocols.gob.client_session import (
     ClientSession,
     DecoderRestarted,
@@ -38,7 +38,7 @@ from trio_typha.protocols.gob.messages import (
     MsgSyncStatus,
 )
 
-HELLO = shared.STREAM_PREFIX + shared.encode(MsgServerHello("v", "felix", True, 1))
+HELLO = encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello("v", "felix", True, 1))
 SNAPSHOT = tuple(SerializedUpdate(f"/k{i:04d}", b"v", str(i)) for i in range(2500))
 STAMP = GoTime.from_unix_ns(1_700_000_000 * 10**9 + 5, 0)
 
@@ -63,9 +63,9 @@ def test_hello_announces_snappy_or_not() -> None:
 def test_whole_compressed_session_even_when_everything_arrives_at_once() -> None:
     # Bytes after a restart that were read along with it are carried over to the new layer.
     core = ClientSession()
-    stream = (HELLO + shared.RESTART_FOR_SNAPSHOT + shared.build_compressed_snapshot(SNAPSHOT)
-              + shared.SNAPPY_STREAM_START + shared.STATUS_CHUNKS[SyncStatus.IN_SYNC]
-              + shared.snappy.chunks(shared.encode(MsgPing(STAMP))))
+    stream = (HELLO + encode_once.RESTART_FOR_SNAPSHOT + encode_once.build_compressed_snapshot(SNAPSHOT)
+              + encode_once.SNAPPY_STREAM_START + encode_once.STATUS_CHUNKS[SyncStatus.IN_SYNC]
+              + encode_once.snappy.chunks(encode_once.encode(MsgPing(STAMP))))
     events = core.receive_data(stream)
     assert isinstance(events[0], ServerHelloReceived)
     assert [e.algorithm for e in events if isinstance(e, DecoderRestarted)] == ["snappy"] * 2
@@ -77,9 +77,9 @@ def test_whole_compressed_session_even_when_everything_arrives_at_once() -> None
 
 def test_byte_at_a_time() -> None:
     core = ClientSession()
-    stream = (HELLO + shared.RESTART_FOR_SNAPSHOT
-              + shared.build_compressed_snapshot(SNAPSHOT[:30]) + shared.SNAPPY_STREAM_START
-              + shared.STATUS_CHUNKS[SyncStatus.IN_SYNC])
+    stream = (HELLO + encode_once.RESTART_FOR_SNAPSHOT
+              + encode_once.build_compressed_snapshot(SNAPSHOT[:30]) + encode_once.SNAPPY_STREAM_START
+              + encode_once.STATUS_CHUNKS[SyncStatus.IN_SYNC])
     events = []
     for i in range(len(stream)):
         events += core.receive_data(stream[i:i + 1])
@@ -88,13 +88,13 @@ def test_byte_at_a_time() -> None:
 
 
 @pytest.mark.parametrize(("stream", "error"), [
-    (shared.STREAM_PREFIX + shared.STATUS[SyncStatus.IN_SYNC], "not MsgServerHello"),
-    (shared.STREAM_PREFIX + shared.encode(MsgServerHello("v", "felix", False, 1)),
+    (encode_once.STREAM_PREFIX + encode_once.STATUS[SyncStatus.IN_SYNC], "not MsgServerHello"),
+    (encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello("v", "felix", False, 1)),
      "node resource updates"),
-    (shared.STREAM_PREFIX + shared.encode(MsgServerHello("v", "bgp", True, 1)), "syncer"),
-    (HELLO + shared.encode(MsgServerHello("v", "felix", True, 1)), "second MsgServerHello"),
+    (encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello("v", "bgp", True, 1)), "syncer"),
+    (HELLO + encode_once.encode(MsgServerHello("v", "felix", True, 1)), "second MsgServerHello"),
     (HELLO + b"\x03\xff\xff\x00", "undecodable"),
-    (HELLO + shared.RESTART_FOR_SNAPSHOT + b"\x00\x01\x02\x03garbage", "undecodable"),
+    (HELLO + encode_once.RESTART_FOR_SNAPSHOT + b"\x00\x01\x02\x03garbage", "undecodable"),
 ])
 def test_protocol_errors(stream: bytes, error: str) -> None:
     with pytest.raises(TyphaProtocolError, match=error):
@@ -103,18 +103,18 @@ def test_protocol_errors(stream: bytes, error: str) -> None:
 
 def test_restart_to_a_legacy_client_is_an_error() -> None:
     with pytest.raises(TyphaProtocolError, match="restart"):
-        ClientSession(compression=False).receive_data(HELLO + shared.RESTART_FOR_SNAPSHOT)
+        ClientSession(compression=False).receive_data(HELLO + encode_once.RESTART_FOR_SNAPSHOT)
 
 
 def test_empty_syncer_type_is_felix_both_ways() -> None:
     core = ClientSession(syncer_type="")
-    assert isinstance(core.receive_data(shared.STREAM_PREFIX + shared.encode(
+    assert isinstance(core.receive_data(encode_once.STREAM_PREFIX + encode_once.encode(
         MsgServerHello("v", "", True, 1)))[0], ServerHelloReceived)
 
 
 def test_ignored_messages() -> None:
     core = ClientSession()
-    events = core.receive_data(HELLO + shared.encode(MsgKVs(())) + shared.STATUS[SyncStatus(0)])
+    events = core.receive_data(HELLO + encode_once.encode(MsgKVs(())) + encode_once.STATUS[SyncStatus(0)])
     assert events[1:] == [KVsReceived(()), SyncStatusReceived(SyncStatus.WAIT_FOR_DATASTORE)]
 
 
@@ -149,8 +149,8 @@ async def test_batches_raise_when_the_connection_ends(autojump_clock: trio.abc.C
 
     async def server() -> None:
         await server_side.receive_some()  # the hello
-        await server_side.send_all(HELLO + shared.encode(MsgKVs(SNAPSHOT[:3]))
-                                   + shared.STATUS[SyncStatus.IN_SYNC])
+        await server_side.send_all(HELLO + encode_once.encode(MsgKVs(SNAPSHOT[:3]))
+                                   + encode_once.STATUS[SyncStatus.IN_SYNC])
         await server_side.aclose()
 
     client = TyphaClient("mem", open_stream=opened, compression=False)
@@ -171,7 +171,7 @@ async def test_status_message_of_zero_is_reported(autojump_clock: trio.abc.Clock
     async def opened() -> trio.abc.Stream:
         return client_side
 
-    await server_side.send_all(HELLO + shared.encode(MsgSyncStatus(SyncStatus.RESYNC_IN_PROGRESS)))
+    await server_side.send_all(HELLO + encode_once.encode(MsgSyncStatus(SyncStatus.RESYNC_IN_PROGRESS)))
     async with TyphaClient("mem", open_stream=opened) as client:
         await client.wait_for_status(SyncStatus.RESYNC_IN_PROGRESS)
         assert client.status is SyncStatus.RESYNC_IN_PROGRESS

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
-from trio_typha.protocols.gob import shared
+from trio_typha.protocols.gob import encode_once
 from trio_typha.protocols.gob.client_session import ClientSession, TyphaProtocolError
 from trio_typha.protocols.gob.codec import (
     NEED_DATA,
@@ -36,7 +36,7 @@ from trio_typha.protocols.gob.messages import (
     make_registry,
 )
 from trio_typha.protocols.gob.session import Close, ServerSession
-from trio_typha.server.context import ServerSettings
+from trio_typha.server.settings import ServerSettings
 
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 STAMP = GoTime.from_unix_ns(1_700_000_000 * 10**9 + 5, offset=0)
@@ -52,14 +52,14 @@ def _client_stream() -> bytes:
 def _server_stream() -> bytes:
     updates = tuple(SerializedUpdate(f"/calico/v1/k{i}", b"v" * i, str(i), "rv" if i % 2 else "",
                                      i * 1000, UpdateType(1 + i % 3)) for i in range(20))
-    return (shared.STREAM_PREFIX + shared.encode(MsgServerHello("v", "felix", True, 1))
-            + shared.encode(MsgKVs(updates)) + shared.STATUS[SyncStatus.IN_SYNC]
-            + shared.encode(MsgPing(STAMP)))
+    return (encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello("v", "felix", True, 1))
+            + encode_once.encode(MsgKVs(updates)) + encode_once.STATUS[SyncStatus.IN_SYNC]
+            + encode_once.encode(MsgPing(STAMP)))
 
 
 CLIENT_STREAM = _client_stream()
 SERVER_STREAM = _server_stream()
-SNAPSHOT = shared.build_compressed_snapshot(tuple(
+SNAPSHOT = encode_once.build_compressed_snapshot(tuple(
     SerializedUpdate(f"/calico/v1/s{i:04d}", b"x" * (i % 50), str(i)) for i in range(300)))
 
 
@@ -133,8 +133,8 @@ def test_server_session_only_ever_closes(data: bytes, sizes: list[int]) -> None:
 
 @FUZZ
 @given(st.one_of(mutated(SERVER_STREAM),
-                 mutated(shared.STREAM_PREFIX + shared.encode(MsgServerHello("v", "felix", True, 1))
-                         + shared.RESTART_FOR_SNAPSHOT + SNAPSHOT)), SIZES)
+                 mutated(encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello("v", "felix", True, 1))
+                         + encode_once.RESTART_FOR_SNAPSHOT + SNAPSHOT)), SIZES)
 def test_client_session_only_raises_protocol_errors(data: bytes, sizes: list[int]) -> None:
     core = ClientSession()
     try:
@@ -178,7 +178,7 @@ def test_kvs_round_trip_and_fast_path_equals_generic(updates: list[SerializedUpd
         SERIALIZED_UPDATE.fast_encode(fast, u)  # type: ignore[misc]
         Encoder(REGISTRY)._fn(_GENERIC_UPDATE)(generic, u)
     assert fast == generic
-    data = shared.STREAM_PREFIX + shared.encode(MsgKVs(tuple(updates)))
+    data = encode_once.STREAM_PREFIX + encode_once.encode(MsgKVs(tuple(updates)))
     for registry in (REGISTRY, _GENERIC_REGISTRY):
         dec = Decoder(registry, ENVELOPE)
         dec.feed(data)
@@ -188,5 +188,5 @@ def test_kvs_round_trip_and_fast_path_equals_generic(updates: list[SerializedUpd
 def test_status_round_trip() -> None:
     for status in SyncStatus:
         dec = Decoder(REGISTRY, ENVELOPE)
-        dec.feed(shared.STREAM_PREFIX + shared.STATUS[status])
+        dec.feed(encode_once.STREAM_PREFIX + encode_once.STATUS[status])
         assert dec.next_value() == Envelope(MsgSyncStatus(status))

@@ -9,10 +9,10 @@ import pytest
 import trio
 import trio.testing
 
-from trio_typha.cache import CacheFeed
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.client.typha import Connected, Disconnected, KVsReceived, TyphaClient
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus, UpdateType
-from trio_typha.protocols.gob import shared, snappy
+from trio_typha.protocols.gob import encode_once, snappy
 from trio_typha.protocols.gob.client_session import (
     ClientSession,
     DecoderRestarted,
@@ -30,10 +30,11 @@ from trio_typha.protocols.gob.messages import (
     MsgClientHello,
     MsgSyncStatus,
 )
-from trio_typha.protocols.gob.server import serve_gob_connection
-from trio_typha.server.context import ServerContext, ServerSettings
+from trio_typha.protocols.gob.shell import serve_gob_connection
+from trio_typha.server.context import ServerContext
+from trio_typha.server.settings import ServerSettings
 
-LOGGER = "trio_typha.protocols.gob.server"
+LOGGER = "trio_typha.protocols.gob.shell"
 
 
 @pytest.fixture(autouse=True)
@@ -202,7 +203,7 @@ async def test_nothing_is_sent_between_a_restart_and_its_ack(autojump_clock: tri
             pytest.fail(f"server sent {len(extra)} bytes before ACK#2")
         await stream.send_all(core.data_to_send())  # ACK#2
         start = await stream.receive_some()
-        assert start.startswith(shared.SNAPPY_STREAM_START)
+        assert start.startswith(encode_once.SNAPPY_STREAM_START)
         nursery.cancel_scope.cancel()
 
 
@@ -249,7 +250,7 @@ async def test_ack_timeout(autojump_clock: trio.abc.Clock,
         await stream.send_all(ClientSession().data_to_send())
         start = trio.current_time()
         data = await read_to_eof(stream)
-        assert data.endswith(shared.RESTART_FOR_SNAPSHOT)
+        assert data.endswith(encode_once.RESTART_FOR_SNAPSHOT)
         assert trio.current_time() - start >= 5
     assert "no MsgACK" in caplog.text
 
@@ -329,7 +330,7 @@ async def test_clients_at_one_point_share_the_snapshot_bytes(autojump_clock: tri
         crumb = feed.latest
         slot = crumb.memo(("build-once", "gob", "snappy"),
                           lambda _: pytest.fail("snapshot not memoized"))
-        assert slot.value == shared.build_compressed_snapshot(crumb.snapshot())
+        assert slot.value == encode_once.build_compressed_snapshot(crumb.snapshot())
         for c in clients:
             assert len(c.kvs) == 3000
             assert isinstance(c.server_hello, object)

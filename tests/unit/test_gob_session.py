@@ -9,7 +9,7 @@ import pytest
 
 from trio_typha.cache.core import SnapshotCache
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
-from trio_typha.protocols.gob import shared, snappy
+from trio_typha.protocols.gob import encode_once, snappy
 from trio_typha.protocols.gob.codec import NEED_DATA, Decoder, Encoder
 from trio_typha.protocols.gob.gotime import GoTime
 from trio_typha.protocols.gob.messages import (
@@ -35,7 +35,7 @@ from trio_typha.protocols.gob.session import (
     StartStreaming,
     collect_batch,
 )
-from trio_typha.server.context import ServerSettings
+from trio_typha.server.settings import ServerSettings
 
 SETTINGS = ServerSettings(ping_interval=10, pong_timeout=60, handshake_timeout=10,
                           max_fall_behind=300, new_client_fall_behind_grace=300)
@@ -94,7 +94,7 @@ def test_modern_handshake_in_order() -> None:
     assert s.snapshot_sent(now=3.0) == [] and s.phase is Phase.AWAIT_ACK2
     assert s.deadline == 3.0 + SETTINGS.pong_timeout
     actions = s.receive_data(c(MsgACK()), now=4.0)
-    assert actions == [Send(shared.SNAPPY_STREAM_START), StartStreaming()]
+    assert actions == [Send(encode_once.SNAPPY_STREAM_START), StartStreaming()]
     assert decode_snappy(actions[0].data) == []  # identifier and definitions only
     assert s.phase is Phase.STREAMING and s.compressed
     assert 14.0 <= s.next_ping_at <= 15.0
@@ -105,7 +105,7 @@ def test_ack2_may_arrive_before_the_snapshot_write_is_reported() -> None:
     s.receive_data(c(MODERN), 0)
     s.receive_data(c(MsgACK()), 0)
     assert s.receive_data(c(MsgACK()), 1) == []
-    assert s.snapshot_sent(2) == [Send(shared.SNAPPY_STREAM_START), StartStreaming()]
+    assert s.snapshot_sent(2) == [Send(encode_once.SNAPPY_STREAM_START), StartStreaming()]
 
 
 def test_a_third_ack_is_refused() -> None:
@@ -226,9 +226,9 @@ def test_pongs_keep_the_connection_and_measure_round_trips() -> None:
 def test_ping_bytes_on_each_stream() -> None:
     stamp = GoTime.from_unix_ns(1_700_000_000 * 10**9, offset=0)
     plain, _ = streaming_session(compressed=False)
-    assert decode(shared.STREAM_PREFIX + plain.ping(20, stamp)) == [MsgPing(stamp)]
+    assert decode(encode_once.STREAM_PREFIX + plain.ping(20, stamp)) == [MsgPing(stamp)]
     packed, _ = streaming_session(compressed=True)
-    assert decode_snappy(shared.SNAPPY_STREAM_START + packed.ping(20, stamp)) == [MsgPing(stamp)]
+    assert decode_snappy(encode_once.SNAPPY_STREAM_START + packed.ping(20, stamp)) == [MsgPing(stamp)]
 
 
 @pytest.mark.parametrize("msg", [MsgACK(), MODERN, None, MsgSyncStatus()])
@@ -261,10 +261,10 @@ def test_updates_use_shared_encodings_and_send_status_changes_once(compressed: b
     s2, _ = streaming_session(compressed)
     first = s1.updates(crumbs[:3])
     assert s2.updates(crumbs[:3]) == first
-    per_crumb = shared.deltas_chunks if compressed else shared.deltas
+    per_crumb = encode_once.deltas_chunks if compressed else encode_once.deltas
     assert per_crumb(crumbs[0]) is per_crumb(crumbs[0])  # memoized on the breadcrumb
     rest = s1.updates(crumbs[3:])
-    start = shared.SNAPPY_STREAM_START if compressed else shared.STREAM_PREFIX
+    start = encode_once.SNAPPY_STREAM_START if compressed else encode_once.STREAM_PREFIX
     messages = (decode_snappy if compressed else decode)(start + first + rest)
     assert messages == [
         MsgKVs(crumbs[0].updates), MsgKVs(crumbs[1].updates),
@@ -284,7 +284,7 @@ def test_compressed_updates_are_whole_chunks_per_breadcrumb() -> None:
     while (chunk := r.next_chunk()) is not None:
         data += chunk
     # nothing left over: the message is readable as soon as these bytes arrive
-    assert r.unconsumed() == b"" and data == shared.deltas(crumbs[0])
+    assert r.unconsumed() == b"" and data == encode_once.deltas(crumbs[0])
 
 
 def test_fall_behind_grace_then_drop() -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from trio_typha.cache import SnapshotCache
+from trio_typha.cache.core import SnapshotCache
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
-from trio_typha.protocols.grpc import messages
+from trio_typha.protocols.grpc import encode_once
 from trio_typha.protocols.grpc import typha_pb2 as pb
 from trio_typha.protocols.grpc.framing import MessageDecoder
 from trio_typha.protocols.grpc.session import Phase, SyncSession
 from trio_typha.protocols.grpc.status import GrpcError, StatusCode
-from trio_typha.server.context import ServerSettings
+from trio_typha.server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,31 +174,31 @@ def test_fall_behind_is_tolerated_during_grace_then_dropped():
 def test_snapshot_batches_are_sorted_new_and_built_once():
     cache = cache_with(250)
     crumb = cache.snapshot_point(0)
-    batches = messages.snapshot_messages(crumb, 100)
-    assert messages.snapshot_messages(crumb, 100) is batches  # memoized on the breadcrumb
+    batches = encode_once.snapshot_messages(crumb, 100)
+    assert encode_once.snapshot_messages(crumb, 100) is batches  # memoized on the breadcrumb
     decoded = [decode(b).update.kvs for b in batches]
     assert [len(kvs) for kvs in decoded] == [100, 100, 50]
     keys = [kv.key for kvs in decoded for kv in kvs]
     assert keys == sorted(keys) and len(keys) == 250
     assert {kv.update_type for kvs in decoded for kv in kvs} == {pb.UPDATE_TYPE_NEW}
-    finished = messages.finished_message(crumb)
-    assert messages.finished_message(crumb) is finished
+    finished = encode_once.finished_message(crumb)
+    assert encode_once.finished_message(crumb) is finished
     assert decode(finished).finished.snapshot_size == 250
-    assert messages.snapshot_messages(cache_with(0).snapshot_point(0), 100) == ()
+    assert encode_once.snapshot_messages(cache_with(0).snapshot_point(0), 100) == ()
 
 
 def test_update_message_is_built_once_per_breadcrumb():
     cache = cache_with(1)
     (crumb,) = cache.apply([SerializedUpdate("/k/000", b"x")], 1)
-    first = messages.update_message(crumb)
-    assert messages.update_message(crumb) is first
+    first = encode_once.update_message(crumb)
+    assert encode_once.update_message(crumb) is first
     # Two sessions following the same breadcrumb send the very same bytes object.
     a, b = live_session(), live_session()
     assert a.messages_for(crumb)[0] is b.messages_for(crumb)[0] is first
 
 
 def test_header_message():
-    h = decode(messages.header_message(conn_id=42, server_version="v", syncer_type="bgp",
+    h = decode(encode_once.header_message(conn_id=42, server_version="v", syncer_type="bgp",
                                        status=SyncStatus.IN_SYNC)).header
     assert (h.server_conn_id, h.server_version, h.syncer_type, h.sync_status) == (
         42, "v", "bgp", pb.SYNC_STATUS_IN_SYNC)
@@ -209,7 +209,7 @@ def test_proto_enums_match_the_model():
         n.removeprefix("SYNC_STATUS_"): v for n, v in pb.SyncStatus.items()}
     assert {u.name: int(u) for u in UpdateType} == {
         n.removeprefix("UPDATE_TYPE_"): v for n, v in pb.UpdateType.items()}
-    assert pb.DESCRIPTOR.services_by_name["Sync"].full_name == messages.SERVICE
+    assert pb.DESCRIPTOR.services_by_name["Sync"].full_name == encode_once.SERVICE
 
 
 def test_checked_in_generated_code_matches_the_proto():

@@ -1,6 +1,5 @@
-"""The snapshot cache: current KV map plus a chain of sequence-numbered breadcrumbs."""
+"""The snapshot cache: :mod:`.core` (pure: KV map plus a chain of sequence-numbered
+breadcrumbs), :mod:`.build` (snapshot materialization) and :mod:`.feed` (its trio shell).
 
-from .core import Breadcrumb, SnapshotCache
-from .feed import CacheFeed
-
-__all__ = ["Breadcrumb", "CacheFeed", "SnapshotCache"]
+Nothing is re-exported here, so importing the pure core never imports trio.
+"""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import trio
 
 from .. import BUILD_VERSION
+from ..backoff import Backoff
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..protocols.gob.client_session import (
     ClientSession,
@@ -39,7 +40,6 @@ from ..protocols.gob.client_session import (
     TyphaProtocolError,
 )
 from ..protocols.gob.messages import MsgServerHello
-from .backoff import Backoff
 
 __all__ = [
     "Batch", "Connected", "DecoderRestarted", "Disconnected", "KVsReceived", "PingAnswered",

@@ -9,48 +9,15 @@ report reachability so the pipeline can report sync status and readiness like Ty
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 import trio
 
 from ..model.kinds import ResourceKind
+from .events import Connection, DatastoreEvent, KindSynced, ResourceEvent
 
-
-@dataclass(frozen=True, slots=True)
-class ResourceEvent:
-    kind: ResourceKind
-    namespace: str
-    name: str
-    obj: Mapping[str, Any] | None  # None: the object is gone
-    revision: str
-
-    @property
-    def deleted(self) -> bool:
-        return self.obj is None
-
-
-@dataclass(frozen=True, slots=True)
-class KindSynced:
-    kind: ResourceKind
-
-
-@dataclass(frozen=True, slots=True)
-class Connection:
-    """Reachability of the datastore for one kind (or all kinds when ``kind`` is None).
-
-    ``denied`` marks an access failure (401/403): that makes the server not ready, while a
-    mere outage after the first sync does not (Typha keeps serving its cache).
-    """
-
-    ok: bool
-    reason: str = ""
-    kind: ResourceKind | None = None
-    denied: bool = False
-
-
-DatastoreEvent = ResourceEvent | KindSynced | Connection
+__all__ = ["Connection", "Datastore", "DatastoreEvent", "KindSynced", "ResourceEvent"]
 
 
 class Datastore(Protocol):

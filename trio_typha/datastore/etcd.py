@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import trio
 
-from ..client.backoff import Backoff
+from ..backoff import Backoff
 from ..model.kinds import ResourceKind
 from . import etcd_gateway as gw
 from .base import Connection, DatastoreEvent

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import trio
 
-from ..client.backoff import Backoff
+from ..backoff import Backoff
 from ..model.kinds import ResourceKind
 from .base import Connection, DatastoreEvent
 from .crosscheck import until_stalled

@@ -51,7 +51,7 @@ def workload_endpoint_key(name: str, namespace: str) -> str | None:
     try:
         return keys.workload_endpoint_key(parts[0], parts[1], f"{namespace}/{parts[2]}",
                                           parts[3])
-    except keys.KeyError_:
+    except keys.InvalidKeyError:
         return None
 
 

@@ -107,7 +107,7 @@ def block_affinity_kvs(affinity: Mapping[str, Any]) -> list[tuple[str, bytes]]:
             return []
     try:
         key = keys.block_affinity_key(cidr, spec.get("node") or "", spec.get("type") or "host")
-    except keys.KeyError_:
+    except keys.InvalidKeyError:
         return []
     return [(key, dumps(_AFFINITY, {"state": spec.get("state") or "",
                                     "deleted": bool(deleted)}))]

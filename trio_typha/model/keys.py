@@ -23,36 +23,36 @@ _NAMESPACED_POLICY_KINDS = frozenset(
     {"NetworkPolicy", "StagedNetworkPolicy", "StagedKubernetesNetworkPolicy"})
 
 
-class KeyError_(ValueError):
+class InvalidKeyError(ValueError):
     """A key lacks an identifier it needs (Calico's ErrorInsufficientIdentifiers)."""
 
 
 def policy_key(kind: str, namespace: str, name: str) -> str:
     """Modern ``PolicyKey``: ``/calico/v1/policy/<Kind>/<Namespace>/<Name>`` (raw)."""
     if not name:
-        raise KeyError_("policy key needs a name")
+        raise InvalidKeyError("policy key needs a name")
     if not kind:
-        raise KeyError_("policy key needs a kind")
+        raise InvalidKeyError("policy key needs a kind")
     if kind in _NAMESPACED_POLICY_KINDS and not namespace:
-        raise KeyError_(f"{kind} key needs a namespace")
+        raise InvalidKeyError(f"{kind} key needs a namespace")
     return f"/calico/v1/policy/{kind}/{namespace}/{name}"
 
 
 def tier_key(name: str) -> str:
     if not name:
-        raise KeyError_("tier key needs a name")
+        raise InvalidKeyError("tier key needs a name")
     return f"/calico/v1/policy/tier/{name}/metadata"
 
 
 def profile_rules_key(name: str) -> str:
     if not name:
-        raise KeyError_("profile key needs a name")
+        raise InvalidKeyError("profile key needs a name")
     return f"/calico/v1/policy/profile/{escape_name(name)}/rules"
 
 
 def profile_labels_key(name: str) -> str:
     if not name:
-        raise KeyError_("profile key needs a name")
+        raise InvalidKeyError("profile key needs a name")
     return f"/calico/v1/policy/profile/{escape_name(name)}/labels"
 
 
@@ -60,30 +60,30 @@ def workload_endpoint_key(host: str, orchestrator: str, workload: str, endpoint:
     for what, v in (("node", host), ("orchestrator", orchestrator), ("workload", workload),
                     ("name", endpoint)):
         if not v:
-            raise KeyError_(f"workload endpoint key needs a {what}")
+            raise InvalidKeyError(f"workload endpoint key needs a {what}")
     return (f"/calico/v1/host/{host}/workload/{escape_name(orchestrator)}/"
             f"{escape_name(workload)}/endpoint/{escape_name(endpoint)}")
 
 
 def host_endpoint_key(host: str, endpoint_id: str) -> str:
     if not host:
-        raise KeyError_("host endpoint key needs a node")
+        raise InvalidKeyError("host endpoint key needs a node")
     if not endpoint_id:
-        raise KeyError_("host endpoint key needs a name")
+        raise InvalidKeyError("host endpoint key needs a name")
     return f"/calico/v1/host/{host}/endpoint/{escape_name(endpoint_id)}"
 
 
 def host_config_key(host: str, name: str) -> str:
     if not name:
-        raise KeyError_("host config key needs a name")
+        raise InvalidKeyError("host config key needs a name")
     if not host:
-        raise KeyError_("host config key needs a node")
+        raise InvalidKeyError("host config key needs a node")
     return f"/calico/v1/host/{host}/config/{name}"
 
 
 def global_config_key(name: str) -> str:
     if not name:
-        raise KeyError_("global config key needs a name")
+        raise InvalidKeyError("global config key needs a name")
     return f"/calico/v1/config/{name}"
 
 
@@ -97,13 +97,13 @@ def host_ip_key(host: str) -> str:
 
 def wireguard_key(node: str) -> str:
     if not node:
-        raise KeyError_("wireguard key needs a node name")
+        raise InvalidKeyError("wireguard key needs a node name")
     return f"/calico/v1/host/{node}/wireguard"
 
 
 def network_set_key(name: str) -> str:
     if not name:
-        raise KeyError_("network set key needs a name")
+        raise InvalidKeyError("network set key needs a name")
     return f"/calico/v1/netset/{escape_name(name)}"
 
 
@@ -121,7 +121,7 @@ def block_key(cidr: IPNet) -> str:
 
 def block_affinity_key(cidr: IPNet, host: str, affinity_type: str = "") -> str:
     if not host:
-        raise KeyError_("block affinity key needs a host")
+        raise InvalidKeyError("block affinity key needs a host")
     return (f"/calico/ipam/v2/{affinity_type or 'host'}/{host}/ipv{cidr.version}/block/"
             f"{_cidr_segment(cidr)}")
 

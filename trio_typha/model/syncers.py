@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import kinds as K
-from .config import config_kvs
 from .crd import crd_to_v3
 from .endpoints import host_endpoint_kvs, workload_endpoint_kvs
+from .felix_config import config_kvs
 from .ipam import block_affinity_kvs, etcd_v1_kvs, ip_pool_kvs, ipam_block_kvs, is_etcd_v1_object
 from .kinds import ResourceKind
 from .netsets import global_network_set_kvs, network_set_kvs
@@ -258,20 +257,10 @@ def default_allow_profile_kvs() -> tuple[ConvertedKV, ...]:
                  profile_kvs(DEFAULT_ALLOW_PROFILE_NAME, k8s.DEFAULT_ALLOW_PROFILE))
 
 
-def _interface_prefix() -> str | None:
-    """Felix's first ``FELIX_INTERFACEPREFIX`` entry, read from Typha's environment as the
-    KDD pod conversion does."""
-    raw = os.environ.get("FELIX_INTERFACEPREFIX")
-    if raw is None:
-        return None
-    from . import k8s
-
-    return k8s.interface_prefix_from_env(raw)
-
-
 def syncer_definition(syncer_type: str, mode: DatastoreMode = DatastoreMode.KDD, *,
                       calico_group: str = K.CALICO_V3_GROUP,
-                      use_pod_cidr: bool = False) -> SyncerDefinition:
+                      use_pod_cidr: bool = False,
+                      felix_interface_prefix: str | None = None) -> SyncerDefinition:
     """The definition of ``syncer_type`` for a datastore in ``mode``.
 
     ``calico_group`` is the API group KDD reads Calico resources from
@@ -279,11 +268,18 @@ def syncer_definition(syncer_type: str, mode: DatastoreMode = DatastoreMode.KDD,
     way in); etcd mode always reads projectcalico.org/v3 objects, except IPAM blocks and
     affinities, which arrive as ``model.ipam.etcd_v1_object`` objects.  ``use_pod_cidr`` is
     Calico's ``USE_POD_CIDR`` (host-local IPAM: no IPAM blocks or affinities are watched and
-    the felix syncer synthesizes a block per node pod CIDR).
+    the felix syncer synthesizes a block per node pod CIDR).  ``felix_interface_prefix`` is
+    the raw value of Felix's ``FELIX_INTERFACEPREFIX`` as the caller found it in Typha's
+    environment (None when unset); the KDD felix syncer names workload interfaces after its
+    first entry, as Calico's pod conversion does.  The model never reads the environment.
     """
     kinds = _kinds(syncer_type, mode, calico_group, use_pod_cidr)
-    prefix = _interface_prefix() if (syncer_type == "felix"
-                                     and mode is DatastoreMode.KDD) else None
+    prefix = None
+    if (felix_interface_prefix is not None and syncer_type == "felix"
+            and mode is DatastoreMode.KDD):
+        from . import k8s
+
+        prefix = k8s.interface_prefix_from_env(felix_interface_prefix)
     static = default_allow_profile_kvs() if syncer_type == "felix" else ()
     return SyncerDefinition(syncer_type, kinds,
                             _Converter(syncer_type, mode, use_pod_cidr, prefix), static)

@@ -8,38 +8,14 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..cache import CacheFeed
+from ..cache.feed import CacheFeed
 from ..model.kv import SYNCER_TYPES
 from ..observe.metrics import Metrics, SyncerMetrics
 from ..observe.throttle import LogThrottle
 from .connections import ConnectionRegistry, Session
+from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ServerSettings:
-    """Per-connection limits and timers (Typha's TYPHA_SERVER* parameters, in seconds)."""
-
-    ping_interval: float = 10.0
-    pong_timeout: float = 60.0
-    handshake_timeout: float = 10.0
-    write_timeout: float = 120.0
-    max_fall_behind: float = 300.0
-    new_client_fall_behind_grace: float = 300.0
-    min_batching_age: float = 0.01
-    max_message_size: int = 100  # KVs per message
-    snapshot_reuse_age: float = 1.0
-    max_concurrent_streams: int = 16  # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
-    drain_timeout: float = 10.0  # after GOAWAY, how long streams may finish
-    max_inbound_message: int = 1 << 20  # bytes; bigger client messages are a protocol error
-
-    def normalized(self) -> ServerSettings:
-        """Apply Typha's re-defaulting: PongTimeout must exceed twice the ping interval."""
-        if self.pong_timeout <= 2 * self.ping_interval:
-            from dataclasses import replace
-            return replace(self, pong_timeout=6 * self.ping_interval)
-        return self
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from .context import ServerSettings
+from .settings import ServerSettings
 
 
 class Lag(enum.Enum):

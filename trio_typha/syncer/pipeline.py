@@ -22,7 +22,7 @@ from typing import cast
 
 import trio
 
-from ..cache import CacheFeed
+from ..cache.feed import CacheFeed
 from ..datastore.base import Connection, Datastore, DatastoreEvent, KindSynced, ResourceEvent
 from ..model.kinds import ResourceKind
 from ..model.kv import SerializedUpdate, SyncStatus

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ..datastore.base import ResourceEvent
+from ..datastore.events import ResourceEvent
 from ..model.kinds import ResourceKind
 from ..model.kv import SerializedUpdate, UpdateType
 from ..model.syncers import ConvertedKV, SyncerDefinition

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trio_typha.model.config import config_kvs
+from trio_typha.model.felix_config import config_kvs
 
 
 def _kv(triples: list[tuple[str, bytes, str]]) -> dict[str, bytes]:

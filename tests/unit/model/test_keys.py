@@ -70,7 +70,7 @@ def test_missing_identifiers() -> None:
                  lambda: keys.host_config_key("", "X"),
                  lambda: keys.wireguard_key(""),
                  lambda: keys.workload_endpoint_key("h", "", "w", "e")):
-        with pytest.raises(keys.KeyError_):
+        with pytest.raises(keys.InvalidKeyError):
             call()
     # KubernetesNetworkPolicy is not in Calico's namespace check.
     assert keys.policy_key("KubernetesNetworkPolicy", "", "x") == \

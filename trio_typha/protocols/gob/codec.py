@@ -6,14 +6,14 @@ type id, then the value).  Struct fields travel as (field-number delta, value) p
 zero values omitted; interface values carry their concrete type's registered name.  The
 rules are summarized in the wire-protocol reference §9.
 
-The pieces: :mod:`.gotypes` (local types, type ids, wire definitions, primitives),
-:mod:`.encode` (:class:`Encoder`) and :mod:`.decode` (:class:`Decoder`); this module gathers
+The pieces: :mod:`.codec_types` (local types, type ids, wire definitions, primitives),
+:mod:`.codec_encode` (:class:`Encoder`) and :mod:`.codec_decode` (:class:`Decoder`); this module gathers
 their public names.
 """
 
-from .decode import NEED_DATA, Decoder
-from .encode import Encoder
-from .gotypes import (
+from .codec_decode import NEED_DATA, Decoder
+from .codec_encode import Encoder
+from .codec_types import (
     BOOL,
     BYTES,
     FLOAT64,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from ...cache.core import Breadcrumb
 from ...model.kv import SyncStatus
-from ...server.context import ServerSettings
 from ...server.lag import Lag, LagPolicy
-from . import shared, snappy
+from ...server.settings import ServerSettings
+from . import encode_once, snappy
 from .codec import NEED_DATA, Decoder, GobError
 from .gotime import GoTime
 from .messages import (
@@ -156,7 +156,7 @@ class ServerSession:
                     self.deadline = math.inf
                     return [SendSnapshot(compressed=True)]
                 if phase is Phase.AWAIT_ACK2:
-                    return self._start_streaming(now, [Send(shared.SNAPPY_STREAM_START)])
+                    return self._start_streaming(now, [Send(encode_once.SNAPPY_STREAM_START)])
                 if not self._early_ack:
                     # ACK#2 may overtake the shell's report that the snapshot was written.
                     self._early_ack = True
@@ -182,12 +182,12 @@ class ServerSession:
             return [self._close("client does not support modern policy keys (too old)")]
         self.syncer_type = syncer_type
         self.compressed = compressed
-        hello = shared.STREAM_PREFIX + shared.encode(MsgServerHello(
+        hello = encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello(
             self.server_version, syncer_type, True, self.conn_id))
         if compressed:
             self.phase = Phase.AWAIT_ACK1
             self.deadline = now + self.settings.pong_timeout
-            return [Send(hello + shared.RESTART_FOR_SNAPSHOT)]
+            return [Send(hello + encode_once.RESTART_FOR_SNAPSHOT)]
         self.phase = Phase.SNAPSHOT
         self.deadline = math.inf
         return [Send(hello), SendSnapshot(compressed=False)]
@@ -210,7 +210,7 @@ class ServerSession:
         if not self.compressed:
             return self._start_streaming(now, [])
         if self._early_ack:
-            return self._start_streaming(now, [Send(shared.SNAPPY_STREAM_START)])
+            return self._start_streaming(now, [Send(encode_once.SNAPPY_STREAM_START)])
         self.phase = Phase.AWAIT_ACK2
         self.deadline = now + self.settings.pong_timeout
         return []
@@ -245,7 +245,7 @@ class ServerSession:
         if status == self._last_status:
             return b""
         self._last_status = status
-        return shared.STATUS_CHUNKS[status] if self.compressed else shared.STATUS[status]
+        return encode_once.STATUS_CHUNKS[status] if self.compressed else encode_once.STATUS[status]
 
     def updates(self, crumbs: Sequence[Breadcrumb]) -> bytes:
         """Shared encodings of each breadcrumb's deltas, then the status if it changed."""
@@ -259,12 +259,12 @@ class ServerSession:
 
     def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
         """What :meth:`updates` would return, without recording that it was sent."""
-        per_crumb = shared.deltas_chunks if self.compressed else shared.deltas
+        per_crumb = encode_once.deltas_chunks if self.compressed else encode_once.deltas
         parts = [per_crumb(c) for c in crumbs]
         status = crumbs[-1].status
         if status != self._last_status:
-            parts.append(shared.STATUS_CHUNKS[status] if self.compressed
-                         else shared.STATUS[status])
+            parts.append(encode_once.STATUS_CHUNKS[status] if self.compressed
+                         else encode_once.STATUS[status])
         return b"".join(parts)
 
     def committed(self, crumbs: Sequence[Breadcrumb]) -> None:
@@ -289,7 +289,7 @@ class ServerSession:
         while len(self._pings) > _PINGS_REMEMBERED:
             self._pings.popitem(last=False)
         self._schedule_ping(now)
-        return self.frame(shared.encode(MsgPing(wall)))
+        return self.frame(encode_once.encode(MsgPing(wall)))
 
     def _schedule_ping(self, now: float) -> None:
         interval = self.settings.ping_interval

@@ -2,10 +2,8 @@
 
 Layers, bytes-facing first: :mod:`.framing` (5-byte message prefix), :mod:`.metadata`
 (request heads, trailers), :mod:`.h2conn` (sans-IO HTTP/2 connection), :mod:`.session`
-(sans-IO Sync stream rules), :mod:`.messages` (encode once per breadcrumb), then the trio
-shells :mod:`.sync_service` and :mod:`.server` (entry point :func:`serve_h2_connection`).
+(sans-IO Sync stream rules), :mod:`.encode_once` (responses encoded once per breadcrumb),
+then the trio shells :mod:`.sync_service` and :mod:`.shell` (entry point
+:func:`~.shell.serve_h2_connection`).  Nothing is re-exported here, so importing a pure
+layer never imports trio.
 """
-
-from .server import GrpcConnection, serve_h2_connection
-
-__all__ = ["GrpcConnection", "serve_h2_connection"]

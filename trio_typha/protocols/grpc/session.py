@@ -15,11 +15,11 @@ import enum
 import random
 from dataclasses import dataclass
 
-from ...cache import Breadcrumb
+from ...cache.core import Breadcrumb
 from ...model.kv import SYNCER_TYPES, SyncStatus
-from ...server.context import ServerSettings
 from ...server.lag import Lag, LagPolicy
-from . import messages
+from ...server.settings import ServerSettings
+from . import encode_once
 from .status import GrpcError, StatusCode
 
 
@@ -61,7 +61,7 @@ class SyncSession:
 
     def on_request(self, payload: bytes, now: float) -> ClientStart | None:
         """Handle one client message; return the start info if this was the start."""
-        request = messages.parse_request(payload)
+        request = encode_once.parse_request(payload)
         kind = request.WhichOneof("msg")
         if self.phase is Phase.AWAIT_START:
             if kind != "start":
@@ -75,7 +75,7 @@ class SyncSession:
             raise GrpcError(StatusCode.INVALID_ARGUMENT, "'start' sent twice")
         raise GrpcError(StatusCode.INVALID_ARGUMENT, "empty request message")
 
-    def _on_start(self, start: messages.pb.SyncRequestStart) -> ClientStart:
+    def _on_start(self, start: encode_once.pb.SyncRequestStart) -> ClientStart:
         syncer_type = start.syncer_type or "felix"
         if syncer_type not in SYNCER_TYPES:
             raise GrpcError(StatusCode.INVALID_ARGUMENT,
@@ -109,11 +109,11 @@ class SyncSession:
     def messages_for(self, crumb: Breadcrumb) -> list[bytes]:
         """What the client must get for ``crumb``: its updates, then a status change."""
         out = []
-        update = messages.update_message(crumb)
+        update = encode_once.update_message(crumb)
         if update:
             out.append(update)
         if crumb.status != self.last_status_sent:
-            out.append(messages.status_message(crumb.status))
+            out.append(encode_once.status_message(crumb.status))
             self.last_status_sent = crumb.status
         return out
 
@@ -122,7 +122,7 @@ class SyncSession:
         self._ping_id += 1
         self._pings_in_flight[self._ping_id] = now
         self.next_ping_at = now + self._ping_gap()
-        return messages.ping_message(self._ping_id, timestamp_ns)
+        return encode_once.ping_message(self._ping_id, timestamp_ns)
 
     def _ping_gap(self) -> float:
         interval = self.settings.ping_interval

@@ -15,12 +15,13 @@ from typing import Protocol
 import trio
 
 from ... import BUILD_VERSION
-from ...cache import Breadcrumb, CacheFeed
 from ...cache.build import build_once
+from ...cache.core import Breadcrumb
+from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, Session, State
 from ...server.context import ServerContext
-from . import messages
+from . import encode_once
 from .session import SyncSession
 from .status import GrpcError, StatusCode
 
@@ -87,12 +88,12 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
 async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
                          feed: CacheFeed, info: Session) -> Breadcrumb:
     crumb = feed.snapshot_point()
-    out = [messages.header_message(conn_id=info.id, server_version=ctx.version or BUILD_VERSION,
+    out = [encode_once.header_message(conn_id=info.id, server_version=ctx.version or BUILD_VERSION,
                                    syncer_type=feed.syncer_type, status=crumb.status)]
     batch = session.settings.max_message_size
     out += await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
-                            lambda: messages.snapshot_messages(crumb, batch))
-    out.append(messages.finished_message(crumb))
+                            lambda: encode_once.snapshot_messages(crumb, batch))
+    out.append(encode_once.finished_message(crumb))
     for message in out:
         await stream.send(message)
         info.sent(len(message))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from ...cache import Breadcrumb
+from ...cache.core import Breadcrumb
 from ...model.kv import SerializedUpdate, SyncStatus
 from . import typha_pb2 as pb
 from .framing import frame_message

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .gotypes import (
+from .codec_types import (
     INTERFACE,
     SMALL_UINT,
     Basic,

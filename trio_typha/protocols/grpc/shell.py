@@ -27,7 +27,7 @@ from ...observe.throttle import held_back
 from ...server.connections import Connection
 from ...server.context import ServerContext
 from . import h2conn as core
-from .messages import SYNC_PATH
+from .encode_once import SYNC_PATH
 from .metadata import HttpError, http_error, parse_request
 from .status import GrpcError, StatusCode
 from .sync_service import serve_sync

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .decode import Decoder
+    from .codec_decode import Decoder
 
 FIRST_USER_ID = 64
 MAX_TYPE_ID = (1 << 31) - 1

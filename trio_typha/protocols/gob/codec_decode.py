@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .gotypes import (
+from .codec_types import (
     FIRST_USER_ID,
     INTERFACE,
     MAX_NAME_LEN,

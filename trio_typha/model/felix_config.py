@@ -160,7 +160,7 @@ def config_kvs(kind: str, key_name: str, obj: Mapping[str, Any]) -> list[tuple[s
             return
         try:
             key = _config_key(node, name, cluster_info=cluster_info)
-        except keys.KeyError_:
+        except keys.InvalidKeyError:
             return
         if key is not None:
             out.append((key, value.encode() if isinstance(value, str) else value, ""))

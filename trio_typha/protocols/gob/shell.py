@@ -27,13 +27,14 @@ from collections.abc import Sequence
 import trio
 
 from ... import BUILD_VERSION
-from ...cache import Breadcrumb, CacheFeed
 from ...cache.build import build_once
+from ...cache.core import Breadcrumb
 from ...cache.fanout import Owner, Seat
+from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, State
 from ...server.context import ServerContext
-from . import shared
+from . import encode_once
 from .gotime import GoTime
 from .session import (
     Action,
@@ -333,7 +334,7 @@ class _GobConnection:
         if compressed:
             metrics = self._metrics()
             data = await build_once(crumb, ("gob", "snappy"), len(snapshot),
-                                       lambda: shared.build_compressed_snapshot(snapshot),
+                                       lambda: encode_once.build_compressed_snapshot(snapshot),
                                        on_built=metrics.snapshots_generated.inc,
                                        on_reused=metrics.snapshots_reused.inc)
             metrics.snapshot_compressed_bytes.set(len(data))
@@ -341,7 +342,7 @@ class _GobConnection:
         per_message = self.settings.max_message_size
         return await build_once(
             crumb, ("gob", "plain", per_message), len(snapshot),
-            lambda: shared.build_streamed_snapshot(snapshot, per_message))
+            lambda: encode_once.build_streamed_snapshot(snapshot, per_message))
 
     async def _write(self, data: bytes | memoryview, messages: int = 1, *,
                      counted: bool = False) -> None:

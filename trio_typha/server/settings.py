@@ -1,0 +1,51 @@
+"""Per-connection limits and timers, derived from the configuration declaration (pure).
+
+Each field that comes from a Typha parameter names it (:func:`from_param`); its default is
+that parameter's default after Typha's re-defaulting, so no default is written twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Config, param_by_flag
+
+
+def from_param(name: str) -> Any:
+    """A :class:`ServerSettings` field taken from Typha parameter ``name``."""
+    p = param_by_flag(name)
+    return dataclasses.field(default=p.effective(p.default), metadata={"typha_param": p.name})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """What every session of either protocol is held to (durations in seconds)."""
+
+    ping_interval: float = from_param("ServerPingIntervalSecs")
+    pong_timeout: float = from_param("ServerPongTimeoutSecs")
+    handshake_timeout: float = from_param("ServerHandshakeTimeoutSecs")
+    write_timeout: float = from_param("ServerWriteTimeoutSecs")
+    max_fall_behind: float = from_param("ServerMaxFallBehindSecs")
+    new_client_fall_behind_grace: float = from_param("ServerNewClientFallBehindGracePeriod")
+    min_batching_age: float = from_param("ServerMinBatchingAgeThresholdSecs")
+    max_message_size: int = from_param("ServerMaxMessageSize")  # KVs per message
+    snapshot_reuse_age: float = from_param("SnapshotReuseAgeSecs")
+    max_concurrent_streams: int = from_param("ServerMaxConcurrentStreams")
+    drain_timeout: float = from_param("ServerDrainTimeoutSecs")
+    #: Bytes; a bigger client message is a protocol error (not configurable, as in Typha).
+    max_inbound_message: int = 1 << 20
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> ServerSettings:
+        """The settings ``cfg`` asks for, re-defaulted and normalized as Typha does."""
+        values = {f.name: cfg.effective(f.metadata["typha_param"])
+                  for f in dataclasses.fields(cls) if "typha_param" in f.metadata}
+        return cls(**values).normalized()
+
+    def normalized(self) -> ServerSettings:
+        """Apply Typha's re-defaulting: PongTimeout must exceed twice the ping interval."""
+        if self.pong_timeout <= 2 * self.ping_interval:
+            return dataclasses.replace(self, pong_timeout=6 * self.ping_interval)
+        return self
