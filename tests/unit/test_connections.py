@@ -145,7 +145,7 @@ async def test_shed_uses_the_protocols_graceful_close_else_cancels(autojump_cloc
 
 
 async def test_sessions_are_listed_with_their_lag(autojump_clock: Any) -> None:
-    from trio_typha.cache import CacheFeed
+    from trio_typha.cache.feed import CacheFeed
     from trio_typha.model.kv import SerializedUpdate
 
     feed = CacheFeed("felix")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import trio
 
 if TYPE_CHECKING:
-    from ..cache import CacheFeed
+    from ..cache.feed import CacheFeed
 
 log = logging.getLogger(__name__)
 
