@@ -33,10 +33,10 @@ from typing import Any, Protocol
 import httpx
 import trio
 
+from ..backoff import Backoff
 from ..datastore.k8s_api import ApiError, MalformedResponse
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, slice_endpoints
 from . import dns
-from .backoff import Backoff
 
 log = logging.getLogger(__name__)
 
