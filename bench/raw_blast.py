@@ -14,16 +14,16 @@ from collections.abc import Sequence
 import trio
 
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
-from trio_typha.protocols.gob import shared
+from trio_typha.protocols.gob import encode_once
 from trio_typha.protocols.gob.messages import MsgServerHello
 
 
 class RawBlast:
     def __init__(self, snapshot: Sequence[SerializedUpdate], syncer: str = "felix") -> None:
-        hello = shared.encode(MsgServerHello("raw-blast", syncer, True, 1))
-        self.first = shared.STREAM_PREFIX + hello + shared.RESTART_FOR_SNAPSHOT
-        self.snapshot = shared.build_compressed_snapshot(snapshot)
-        self.last = shared.SNAPPY_STREAM_START + shared.STATUS_CHUNKS[SyncStatus.IN_SYNC]
+        hello = encode_once.encode(MsgServerHello("raw-blast", syncer, True, 1))
+        self.first = encode_once.STREAM_PREFIX + hello + encode_once.RESTART_FOR_SNAPSHOT
+        self.snapshot = encode_once.build_compressed_snapshot(snapshot)
+        self.last = encode_once.SNAPPY_STREAM_START + encode_once.STATUS_CHUNKS[SyncStatus.IN_SYNC]
         self.in_sync = 0
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED

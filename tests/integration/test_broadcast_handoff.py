@@ -12,13 +12,14 @@ import socket
 
 import pytest
 import trio
-from trio_typha.protocols.gob.server import serve_gob_connection
 
-from trio_typha.cache import CacheFeed
 from trio_typha.cache.fanout import RoundResult
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
 from trio_typha.protocols.gob.client_session import ClientSession, KVsReceived
-from trio_typha.server.context import ServerContext, ServerSettings
+from trio_typha.protocols.gob.shell import serve_gob_connection
+from trio_typha.server.context import ServerContext
+from trio_typha.server.settings import ServerSettings
 
 BUFFER = 4096
 

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 import trio
 
-from trio_typha.cache import Breadcrumb, CacheFeed
+from trio_typha.cache.core import Breadcrumb
 from trio_typha.cache.fanout import Owner, RoundResult, Seat
+from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SerializedUpdate
 
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import trio
 
-from ..cache import CacheFeed
+from ..cache.feed import CacheFeed
 from ..datastore.k8s_api import ApiError, KubeApi
 from ..datastore.k8s_stream import MalformedResponse
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, count_typhas
