@@ -196,7 +196,7 @@ async def h2_idle(host: str, port: int, *, open_stream: bool = False,
         if open_stream:
             # A request that is refused at once: the connection has had a stream, and
             # has none open from then on.
-            bad = [(k, v) for k, v in REQUEST if k != ":path"] + [(":path", "/nope/Nope")]
+            bad = [(k, "/nope/Nope" if k == ":path" else v) for k, v in REQUEST]
             hello += HeadersFrame(1, hpack.Encoder().encode(bad),
                                   flags=["END_HEADERS", "END_STREAM"]).serialize()
         await stream.send_all(hello)
@@ -225,9 +225,10 @@ async def raw_bytes(host: str, port: int, data: bytes, *,
     return outcome
 
 
-def tls_client_hello() -> bytes:
+def tls_client_hello(version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3) -> bytes:
     """A real ClientHello, as a TLS client sent to the plaintext port would start with."""
     ctx = ssl.create_default_context()
+    ctx.minimum_version = ctx.maximum_version = version
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     obj = ctx.wrap_bio(incoming, outgoing, server_hostname="typha")
     with contextlib.suppress(ssl.SSLWantReadError):
@@ -239,6 +240,36 @@ HTTP1_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: typha\r\nUser-Agent: curl/8\r\n
 
 
 # --- canaries ------------------------------------------------------------------------------
+
+def rss_bytes() -> int:
+    """This process's resident set size now (Linux)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096
+
+
+def canary_object(name: str) -> dict:
+    """A GlobalNetworkSet: every syncer that carries network sets gets one key for it."""
+    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+            "metadata": {"name": name}, "spec": {"nets": ["10.0.0.1/32"]}}
+
+
+def canary_key(name: str) -> str:
+    return f"/calico/v1/netset/{name}"
+
+
+async def write_canaries(put: Callable[[dict], object], prefix: str, stop: trio.Event, *,
+                         interval: float = 0.05) -> list[str]:
+    """Write ``prefix-0``, ``prefix-1``, ... every ``interval`` until ``stop``; returns the
+    keys written (see :func:`canary_key`)."""
+    keys = []
+    while not stop.is_set():
+        name = f"{prefix}-{len(keys)}"
+        put(canary_object(name))
+        keys.append(canary_key(name))
+        with trio.move_on_after(interval):
+            await stop.wait()
+    return keys
+
 
 @dataclass
 class Canary:

@@ -284,6 +284,10 @@ class Config:
     server_drain_timeout_secs: float = param(
         "ServerDrainTimeoutSecs", _seconds, 10.0,
         "after GOAWAY, how long HTTP/2 streams may finish", own=True)
+    server_h2_idle_timeout_secs: float = param(
+        "ServerH2IdleTimeoutSecs", _positive_seconds, 60.0,
+        "an HTTP/2 connection with no open stream for this long gets GOAWAY and is closed",
+        own=True)
     snapshot_reuse_age_secs: float = param(
         "SnapshotReuseAgeSecs", _seconds, 1.0,
         "clients connecting within this time share one snapshot", own=True)

@@ -8,51 +8,17 @@ import logging
 
 import pytest
 import trio
-import trio.lowlevel
 from h2.errors import ErrorCodes
 
-from testbed.hostile import Attack, Canary, h2_flood
-from trio_typha.config import load_config
-from trio_typha.daemon import Daemon
-from trio_typha.datastore.memory import MemoryStore
-from trio_typha.datastore.synthetic import generate
+from testbed.hostile import Attack, Canary, canary_key, h2_flood, rss_bytes, write_canaries
 
 ATTACKERS = 4
 ATTACK_SECS = 1.5
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096
-
-
-def netset(name: str) -> dict:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
-            "metadata": {"name": name}, "spec": {"nets": ["10.0.0.1/32"]}}
-
-
-async def write_canary_keys(store: MemoryStore, prefix: str, stop: trio.Event,
-                            interval: float = 0.05) -> list[str]:
-    keys = []
-    while not stop.is_set():
-        name = f"{prefix}-{len(keys)}"
-        store.put(netset(name))
-        keys.append(f"/calico/v1/netset/{name}")
-        await trio.sleep(interval)
-    return keys
-
-
 @pytest.fixture
-async def daemon(nursery):
-    store = MemoryStore()
-    store.put_all(generate("tiny"))
-    cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1"})
-    d = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-    with trio.fail_after(10):
-        await d.wait_in_sync()
-    yield d
-    d.shutdown()
+async def daemon(memory_daemon):
+    return await memory_daemon()
 
 
 @pytest.mark.parametrize("kind", list(Attack))
@@ -60,7 +26,7 @@ async def test_flood_is_closed_and_canaries_keep_receiving(daemon, kind, caplog)
     caplog.set_level(logging.INFO)
     port = daemon.ports["server"]
     store = daemon.store
-    canaries = [Canary("127.0.0.1", port, proto, prefix=f"/calico/v1/netset/{kind.value}-")
+    canaries = [Canary("127.0.0.1", port, proto, prefix=canary_key(f"{kind.value}-"))
                 for proto in ("typha", "grpc")]
     async with trio.open_nursery() as nursery:
         for canary in canaries:
@@ -72,7 +38,7 @@ async def test_flood_is_closed_and_canaries_keep_receiving(daemon, kind, caplog)
         written: list[str] = []
 
         async def writer() -> None:
-            written.extend(await write_canary_keys(store, kind.value, stop))
+            written.extend(await write_canaries(store.put, kind.value, stop))
 
         async def attacker() -> None:
             # It comes back after each GOAWAY, for at least three rounds and ATTACK_SECS.
@@ -87,7 +53,6 @@ async def test_flood_is_closed_and_canaries_keep_receiving(daemon, kind, caplog)
                 attackers.start_soon(attacker)
         attack_ended = trio.current_time()
         stop.set()
-        await trio.lowlevel.checkpoint()  # the writer leaves its loop
         with trio.fail_after(20):
             while not written or not all(set(written) <= c.arrivals.keys()  # noqa: ASYNC110
                                          for c in canaries):

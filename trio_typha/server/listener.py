@@ -1,9 +1,9 @@
 """Port 5473: accept, optionally terminate TLS, tell gRPC from Typha's gob protocol, hand off.
 
 Both protocols share the port.  Under TLS, ALPN ``h2`` means gRPC.  Otherwise the first bytes
-decide: an HTTP/2 connection starts with the client preface ``PRI * HTTP/2.0``, and a gob
-stream can never start with ``PRI`` (after a length byte, gob's first message is a type
-definition, whose negative id is an odd byte, and ``R`` is even).
+decide (:mod:`.sniff`): the HTTP/2 preface, a gob stream, or one of two mistakes closed at
+once with a named reason: a TLS ClientHello on a plaintext connection, and an HTTP/1.x
+request (answered ``400``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from ..observe.throttle import held_back
 from .connections import Connection
 from .context import ServerContext
+from .sniff import SNIFF_BYTES, Wire, classify, http1_response, rejection_reason
 from .tls import check_peer_identity, peer_identity
 
 log = logging.getLogger(__name__)
 
-H2_PREFACE_START = b"PRI"
+HTTP1_READ_SECS = 1.0  # how long an HTTP/1.x request head may take before we answer
+HTTP1_MAX_HEAD = 16 * 1024
 
 Session = Callable[..., Awaitable[None]]  # (stream, ctx, *, prefix, conn) -> None
 
@@ -35,23 +38,40 @@ class Protocols:
         self.h2 = h2
 
 
-async def sniff(stream: trio.abc.Stream, protocols: Protocols) -> tuple[Session | None, bytes]:
-    """Read just enough to choose the session; returns it and the bytes already read."""
-    if protocols.h2 is None:
-        return protocols.gob, b""
-    if protocols.gob is None:
-        return protocols.h2, b""
+async def sniff(stream: trio.abc.Stream, protocols: Protocols
+                ) -> tuple[Wire | None, Session | None, bytes]:
+    """Read just enough to tell the protocol; returns it (None: closed before a byte), the
+    session that serves it (None for TLS-on-plaintext and HTTP/1.x), and the bytes read."""
     if isinstance(stream, trio.SSLStream) and stream.selected_alpn_protocol() == "h2":
-        return protocols.h2, b""
+        return Wire.H2, protocols.h2, b""
     buf = b""
-    while len(buf) < len(H2_PREFACE_START):
-        data = await stream.receive_some(len(H2_PREFACE_START) - len(buf))
+    wire = None
+    while wire is None:
+        data = await stream.receive_some(SNIFF_BYTES - len(buf))
         if not data:
-            return None, buf
+            return None, None, buf
         buf += data
-        if not H2_PREFACE_START.startswith(buf[: len(H2_PREFACE_START)]):
-            return protocols.gob, buf
-    return (protocols.h2 if buf == H2_PREFACE_START else protocols.gob), buf
+        wire = classify(buf)
+    session = protocols.gob if wire is Wire.GOB else protocols.h2 if wire is Wire.H2 else None
+    if session is None and wire in (Wire.GOB, Wire.H2):
+        # The protocol is disabled: let the other one say it does not understand.
+        session = protocols.gob or protocols.h2
+    return wire, session, buf
+
+
+async def _answer_http1(stream: trio.abc.Stream, prefix: bytes) -> None:
+    """Read the request head (bounded), answer 400 and close: a closed socket with unread
+    bytes would be reset, and the peer might never see the answer."""
+    head = prefix
+    with trio.move_on_after(HTTP1_READ_SECS):
+        while b"\r\n\r\n" not in head and len(head) < HTTP1_MAX_HEAD:
+            data = await stream.receive_some(HTTP1_MAX_HEAD - len(head))
+            if not data:
+                break
+            head += data
+    await stream.send_all(http1_response())
+    if isinstance(stream, trio.SocketStream):
+        await stream.send_eof()
 
 
 class ConnectionHandler:
@@ -85,12 +105,17 @@ class ConnectionHandler:
                         log.warning("Rejecting TLS client %s: %s", peer, reason)
                         return
                     stream = tls
-                session, prefix = await sniff(stream, self.protocols)
+                wire, session, prefix = await sniff(stream, self.protocols)
             if scope.cancelled_caught:
                 log.info("Handshake timeout from %s; closing", peer)
                 return
-            if session is None:
+            if wire is None:
                 log.debug("Connection from %s closed before sending anything", peer)
+                return
+            if session is None:
+                self._log_rejection(peer, wire)
+                if wire is Wire.HTTP1:
+                    await _answer_http1(stream, prefix)
                 return
             await session(stream, self.ctx, prefix=prefix, conn=conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as exc:
@@ -99,3 +124,11 @@ class ConnectionHandler:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await trio.aclose_forcefully(stream)
+
+    def _log_rejection(self, peer: str, wire: Wire) -> None:
+        host = peer.rsplit(":", 1)[0]
+        held = self.ctx.peer_log.allow((host, wire.value), trio.current_time())
+        if held is not None:
+            log.info("Closing connection from %s: %s%s", peer,
+                     rejection_reason(wire, tls_configured=self.ssl_context is not None),
+                     held_back(held))

@@ -34,6 +34,7 @@ class ServerSettings:
     snapshot_reuse_age: float = from_param("SnapshotReuseAgeSecs")
     max_concurrent_streams: int = from_param("ServerMaxConcurrentStreams")
     drain_timeout: float = from_param("ServerDrainTimeoutSecs")
+    h2_idle_timeout: float = from_param("ServerH2IdleTimeoutSecs")
     #: Bytes; a bigger client message is a protocol error (not configurable, as in Typha).
     max_inbound_message: int = 1 << 20
 

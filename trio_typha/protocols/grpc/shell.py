@@ -121,6 +121,8 @@ class GrpcConnection:
         self._writer_done = trio.Event()
         self._poke = _Signal()  # the writer may have something to send
         self._progress = _Signal()  # bytes left the queues, or a stream went away
+        self._streams_changed = _Signal()  # a stream was opened or its handler ended
+        self._had_stream = False
         self._shed = trio.Event()  # the server asked this connection to go
         self._shed_reason: str | None = None
 
@@ -162,9 +164,10 @@ class GrpcConnection:
             nursery.start_soon(self._read_loop, prefix)
             nursery.start_soon(self._watch_drain)
             nursery.start_soon(self._close_after_goaway)
+            nursery.start_soon(self._watch_idle)
             await self._done.wait()
             # Say goodbye (final GOAWAY, unless the peer already did) and let it out.
-            self.core.close(ErrorCodes.NO_ERROR)
+            self.core.close(ErrorCodes.NO_ERROR, self.close_reason or "")
             self._poke.fire()
             with trio.move_on_after(min(FINAL_FLUSH_TIMEOUT, self.settings.write_timeout)):
                 await self._writer_done.wait()
@@ -263,6 +266,8 @@ class GrpcConnection:
 
     def _open_stream(self, stream_id: int, headers: core.Headers) -> None:
         """Answer a new request: start the Sync handler, or refuse it right here."""
+        self._had_stream = True
+        self._streams_changed.fire()
         try:
             head = parse_request(headers)
             if head.path != SYNC_PATH:
@@ -295,6 +300,7 @@ class GrpcConnection:
         finally:
             self.streams.pop(s.stream_id, None)
             self._progress.fire()
+            self._streams_changed.fire()
         if ending is None:
             return
         code, message, discard = ending
@@ -419,6 +425,36 @@ class GrpcConnection:
             await self._streams_gone()
         self._finish(f"server closed the connection: {reason}" if not cs.cancelled_caught
                      else f"server drain timeout ({self.settings.drain_timeout:g}s)")
+
+    def _has_streams(self) -> bool:
+        return bool(self.streams or self.core.open_streams)
+
+    async def _watch_idle(self) -> None:
+        """Close a connection that holds no stream: none opened within the handshake
+        timeout, or none open for ``h2_idle_timeout`` (each idle one costs a socket and
+        its buffers, and fds run out long before memory does)."""
+        idle_since = trio.current_time()
+        while True:
+            if self._has_streams():
+                # Handler ends fire _streams_changed; streams the core answered itself
+                # (refused requests) end with the bytes written, hence _progress.
+                await (self._streams_changed if self.streams else self._progress).wait()
+                if not self._has_streams():
+                    idle_since = trio.current_time()
+                continue
+            if self._had_stream:
+                limit = self.settings.h2_idle_timeout
+                why = f"idle: no open stream for {limit:g}s"
+            else:
+                limit = self.settings.handshake_timeout
+                why = f"no stream opened within {limit:g}s"
+            with trio.move_on_at(idle_since + limit) as idle:
+                await self._streams_changed.wait()
+            if idle.cancelled_caught and not self._has_streams():
+                self._peer_log(logging.INFO, "idle", "gRPC connection from %s: %s; sending "
+                               "GOAWAY", self.peer, why)
+                self._finish(why)
+                return
 
     async def _close_after_goaway(self) -> None:
         await self._goaway_sent.wait()

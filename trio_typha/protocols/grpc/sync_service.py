@@ -70,19 +70,24 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
         log.info("gRPC sync session %#x from %s: hostname=%r syncer=%s client version=%r "
                  "info=%r", info.id, conn.peer, start.hostname, start.syncer_type,
                  start.version, start.info)
-        started = trio.current_time()
-        crumb = await _send_snapshot(stream, ctx, session, feed, info)
-        metrics.snapshot_send_secs.observe(trio.current_time() - started)
-        metrics.streaming.inc()
-        info.state = State.STREAMING
+        streaming = False
         try:
             async with trio.open_nursery() as nursery:
+                # Read from the start: a second start (or anything else out of turn) ends
+                # the stream when it arrives, not once the snapshot is out.
                 nursery.start_soon(_read_acks, stream, session, metrics)
+                started = trio.current_time()
+                crumb = await _send_snapshot(stream, ctx, session, feed, info)
+                metrics.snapshot_send_secs.observe(trio.current_time() - started)
+                metrics.streaming.inc()
+                streaming = True
+                info.state = State.STREAMING
                 nursery.start_soon(_watch_pongs, session)
                 nursery.start_soon(_send_pings, stream, session, info)
                 await _send_updates(stream, session, feed, crumb, info, metrics)
         finally:
-            metrics.streaming.dec()
+            if streaming:
+                metrics.streaming.dec()
 
 
 async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
