@@ -451,6 +451,8 @@ class GrpcConnection:
             with trio.move_on_at(idle_since + limit) as idle:
                 await self._streams_changed.wait()
             if idle.cancelled_caught and not self._has_streams():
+                if not self.core.handshake_done:
+                    return  # no preface at all: the reader says so at the same deadline
                 self._peer_log(logging.INFO, "idle", "gRPC connection from %s: %s; sending "
                                "GOAWAY", self.peer, why)
                 self._finish(why)
