@@ -13,6 +13,9 @@ bootstrap_env() {
   if [ "$want" = test ]; then
     command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || missing+=(etcd-server)
     command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
+    # The stalled-watch tests drop a connection's packets inside a network namespace.
+    command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
+    command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} (apt)" >&2

@@ -11,24 +11,32 @@ tests/unit/test_stall_check.py hold the deadline).
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import trio
 
 from testbed.apiserver import open_apiserver
-from tests.e2e.grpcio_sync import GrpcioSync, grpcio_sync
-from tests.e2e.harness import HANG, daemon_config, wait_readiness
+from tests.e2e.harness import HANG, wait_readiness
 from tests.etcd_server import run_etcd
+from tests.stall_harness import (
+    GNP_KEY,
+    PROFILE_KEY,
+    deletion_arrives,
+    felix_daemon,
+    gnp,
+    is_watch,
+    stall_warnings,
+    watch_ages,
+)
 from tests.stall_proxy import stall_proxy
 from trio_typha.daemon import Daemon
-from trio_typha.datastore.base import Datastore
 from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.datastore.etcd_config import EtcdConfig
 from trio_typha.datastore.k8s_config import KubeClientConfig
@@ -37,58 +45,6 @@ from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.model import kinds as K
 
 DEADLINE = 3.0  # seconds: probes every second while a stream is silent
-
-GNP_KEY = "/calico/v1/policy/GlobalNetworkPolicy//{}"
-PROFILE_KEY = "/calico/v1/policy/profile/kns.{}/rules"
-
-
-def gnp(name: str) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": {"name": name}, "spec": {"order": 1, "selector": "all()"}}
-
-
-def is_watch(target: bytes) -> bool:
-    return target.startswith(b"/v3/watch") or b"watch=true" in target
-
-
-@asynccontextmanager
-async def felix_daemon(datastore: Datastore) -> AsyncIterator[tuple[Daemon, GrpcioSync]]:
-    cfg = daemon_config(PrometheusMetricsEnabled="true", PrometheusMetricsPort="0",
-                        PrometheusMetricsHost="127.0.0.1")
-    daemon = Daemon(cfg, datastore=datastore, listen_port=0, syncer_types=("felix",))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(daemon.run)
-        try:
-            with trio.fail_after(HANG):
-                await daemon.wait_in_sync()
-            async with grpcio_sync(daemon.ports["server"], "felix") as client:
-                with trio.fail_after(HANG):
-                    await client.wait_until(lambda: client.in_sync)
-                yield daemon, client
-        finally:
-            daemon.shutdown()
-
-
-async def watch_ages(daemon: Daemon) -> dict[str, float]:
-    async with httpx.AsyncClient() as http:
-        text = (await http.get(f"http://127.0.0.1:{daemon.ports['metrics']}/metrics")).text
-    ages = {}
-    for line in text.splitlines():
-        if line.startswith("typha_watch_progress_age_seconds{"):
-            labels, value = line.rsplit(" ", 1)
-            ages[labels.split('"')[1]] = float(value)
-    return ages
-
-
-async def deletion_arrives(client: GrpcioSync, key: str, started: float) -> float:
-    with trio.fail_after(HANG):
-        await client.wait_until(lambda: key not in client.kvs)
-    return time.monotonic() - started
-
-
-def stall_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and "stalled" in r.getMessage()]
 
 
 @pytest.mark.etcd
@@ -178,3 +134,42 @@ async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
             assert PROFILE_KEY.format("stays") in client.kvs
             ages = await watch_ages(daemon)
             assert "felix/namespaces" in ages and "felix/pods" in ages
+
+
+def _cannot_make_netns() -> str | None:
+    """Why this machine cannot run the network-namespace tests (None: it can)."""
+    for tool in ("unshare", "nft", "ip"):
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+            return f"{tool} is not installed (tools/bootstrap.sh installs nftables, iproute2)"
+    probe = subprocess.run(["unshare", "--net", "--", "nft", "list", "ruleset"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot create a network namespace with nftables: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.mark.parametrize("mode", ["change", "quiet"])
+@pytest.mark.parametrize("datastore", [pytest.param("etcd", marks=pytest.mark.etcd), "kdd"])
+async def test_drop_rule_on_the_watch_connections_in_a_network_namespace(
+        tmp_path: Path, datastore: str, mode: str) -> None:
+    """tests/netns_drop.py in a fresh network namespace: an nftables rule drops the inbound
+    packets of the daemon's open datastore connections.  With a deletion made at once
+    (``change``) the cross-check or the kernel notices; with nothing changing (``quiet``)
+    TCP keepalive breaks the watch within the deadline, and the deletion made after that
+    arrives through the new connection.  Either way it reaches the client."""
+    reason = _cannot_make_netns()
+    if reason is not None:
+        pytest.skip(reason)
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            ["unshare", "--net", "--", sys.executable, "-m", "tests.netns_drop", datastore,
+             mode, str(tmp_path)], capture_stdout=True, capture_stderr=True, check=False,
+            cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    result = json.loads(done.stdout.decode().splitlines()[-1])
+    print(f"{datastore}/{mode}: {result['dropped']} connections dropped; "
+          f"quiet until broken {result.get('quiet_for', '-')}; deletion after {result['took']:.2f}s")
+    assert result["dropped"] >= 1 and result["warnings"]
+    if mode == "quiet":
+        # The kernel gave up within the deadline: DEADLINE of tests/netns_drop.py is 6 s.
+        assert all(("silent for" in w or "without data" in w) for w in result["warnings"])

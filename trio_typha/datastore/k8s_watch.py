@@ -211,9 +211,16 @@ class KindWatcher:
             error = exc
         except _TRANSIENT as exc:
             error = exc
+        silent = self.check.silent_for(trio.current_time())
+        if silent >= self.check.interval:
+            # Typically TCP keepalive giving up on a path that drops this stream's packets.
+            log.warning("Watch of %s (%s) broke after %.1fs without data (%s); resuming from "
+                        "resourceVersion %s", self.kind, self.stream, silent, _brief(error),
+                        self.reflector.resume_rv)
         if progressed:
-            log.info("Watch of %s dropped (%s); resuming from resourceVersion %s",
-                     self.kind, _brief(error), self.reflector.resume_rv)
+            if silent < self.check.interval:
+                log.info("Watch of %s dropped (%s); resuming from resourceVersion %s",
+                         self.kind, _brief(error), self.reflector.resume_rv)
             return
         self._errors_at_rv += 1
         if self._errors_at_rv >= self.tuning.max_errors_per_revision:
