@@ -3,7 +3,8 @@
 Loopback TCP with small kernel buffers on both ends: while the client reads, it sits in the
 caught-up set and the round writes to it; when it stalls mid-write the round's send falls
 short and its writer task finishes the write; once it reads again it catches up and joins
-again.  It must receive every update exactly once and in order, on both gob streams.
+again.  It must receive every update exactly once and in order, on both gob streams and
+on gRPC (whose round goes through the connection's h2 core, so flow control stays right).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import trio
 
 from trio_typha.cache.fanout import RoundResult
 from trio_typha.cache.feed import CacheFeed
+from trio_typha.client.grpc import Updates, sync
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
 from trio_typha.protocols.gob.client_session import ClientSession, KVsReceived
 from trio_typha.protocols.gob.shell import serve_gob_connection
+from trio_typha.protocols.grpc.shell import serve_h2_connection
 from trio_typha.server.context import ServerContext
 from trio_typha.server.settings import ServerSettings
 
@@ -40,15 +43,30 @@ async def socket_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
 class Client:
     """Reads (unless paused), answers what the session says, keeps every update in order."""
 
-    def __init__(self, stream: trio.SocketStream, compression: bool) -> None:
+    def __init__(self, stream: trio.SocketStream, protocol: str) -> None:
         self.stream = stream
-        self.core = ClientSession(hostname="handoff", compression=compression)
+        self.protocol = protocol
+        self.core = ClientSession(hostname="handoff", compression=protocol == "snappy")
         self.updates: list[tuple[str, bytes | None]] = []
         self.reading = trio.Event()
         self.reading.set()
         self.changed = trio.Event()
 
     async def run(self) -> None:
+        if self.protocol == "grpc":
+            await self.run_grpc()
+        else:
+            await self.run_gob()
+
+    async def run_grpc(self) -> None:
+        async for event in sync(self.stream, "felix", hostname="handoff"):
+            await self.reading.wait()
+            if isinstance(event, Updates):
+                self.updates.extend((u.key, u.value) for u in event.updates)
+                self.changed.set()
+                self.changed = trio.Event()
+
+    async def run_gob(self) -> None:
         await self.stream.send_all(self.core.data_to_send())
         while True:
             await self.reading.wait()
@@ -69,8 +87,8 @@ class Client:
             await self.changed.wait()
 
 
-@pytest.mark.parametrize("compression", [False, True], ids=["plain", "snappy"])
-async def test_stalled_client_catches_up_and_rejoins(nursery, compression: bool) -> None:
+@pytest.mark.parametrize("protocol", ["plain", "snappy", "grpc"])
+async def test_stalled_client_catches_up_and_rejoins(nursery, protocol: str) -> None:
     feed = CacheFeed("felix")
     rounds: list[RoundResult] = []
     feed.on_round = rounds.append
@@ -81,8 +99,9 @@ async def test_stalled_client_catches_up_and_rejoins(nursery, compression: bool)
     ctx = ServerContext(feeds={"felix": feed},
                         settings=ServerSettings(write_timeout=30, ping_interval=60))
     server, client_stream = await socket_pair()
-    nursery.start_soon(serve_gob_connection, server, ctx)
-    client = Client(client_stream, compression)
+    serve = serve_h2_connection if protocol == "grpc" else serve_gob_connection
+    nursery.start_soon(serve, server, ctx)
+    client = Client(client_stream, protocol)
     nursery.start_soon(client.run)
     with trio.fail_after(10):
         await client.wait_for(len(snapshot))

@@ -123,7 +123,9 @@ async def running_server(settings: ServerSettings | None = None, *,
         srv.connections.append(conn)
         await conn.run()
 
-    async with trio.open_nursery() as conn_nursery:
+    async with trio.open_nursery() as broadcasters, trio.open_nursery() as conn_nursery:
+        for feed in feeds.values():  # caught-up streams are written by broadcast rounds
+            await broadcasters.start(feed.run_broadcast)
         srv.conn_nursery = conn_nursery
         async with trio.open_nursery() as accept_nursery:
             listeners = await accept_nursery.start(partial(
@@ -135,6 +137,7 @@ async def running_server(settings: ServerSettings | None = None, *,
         # Every connection must end by itself within the drain timeout (plus the final
         # flush); cancelling them would hide a hang.
         conn_nursery.cancel_scope.deadline = trio.current_time() + ctx.settings.drain_timeout + 10
+        broadcasters.cancel_scope.cancel()
     assert not conn_nursery.cancel_scope.cancelled_caught, "connections did not drain"
 
 

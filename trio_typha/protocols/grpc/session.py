@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...cache.core import Breadcrumb
@@ -108,13 +109,28 @@ class SyncSession:
 
     def messages_for(self, crumb: Breadcrumb) -> list[bytes]:
         """What the client must get for ``crumb``: its updates, then a status change."""
+        out = self._messages([crumb], self.last_status_sent)
+        self.last_status_sent = crumb.status
+        return out
+
+    def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
+        """:meth:`messages_for` of each of ``crumbs``, as one write, recording nothing."""
+        return b"".join(self._messages(crumbs, self.last_status_sent))
+
+    def committed(self, crumbs: Sequence[Breadcrumb]) -> None:
+        """What :meth:`render` made of ``crumbs`` is the client's now."""
+        self.last_status_sent = crumbs[-1].status
+
+    @staticmethod
+    def _messages(crumbs: Sequence[Breadcrumb], status: SyncStatus | None) -> list[bytes]:
         out = []
-        update = encode_once.update_message(crumb)
-        if update:
-            out.append(update)
-        if crumb.status != self.last_status_sent:
-            out.append(encode_once.status_message(crumb.status))
-            self.last_status_sent = crumb.status
+        for crumb in crumbs:
+            update = encode_once.update_message(crumb)
+            if update:
+                out.append(update)
+            if crumb.status != status:
+                out.append(encode_once.status_message(crumb.status))
+                status = crumb.status
         return out
 
     def ping(self, now: float, timestamp_ns: int) -> bytes:
@@ -143,14 +159,17 @@ class SyncSession:
                             f"no ping ack for {now - self.last_pong_at:.1f}s "
                             f"(pong timeout {self.settings.pong_timeout:g}s)")
 
-    def check_fall_behind(self, crumb: Breadcrumb, latest: Breadcrumb, now: float) -> bool:
+    def check_fall_behind(self, crumb: Breadcrumb, latest: Breadcrumb, now: float, *,
+                          age: float | None = None) -> bool:
         """Raise UNAVAILABLE if the client is too far behind the newest breadcrumb.
 
-        Age is measured like Typha: newest breadcrumb's time minus the one being sent.  A
+        Age is measured like Typha (newest breadcrumb's time minus the one being sent) unless
+        ``age`` is given (the feed's client_age, which counts events not yet cached).  A
         new client is tolerated for a grace period after its snapshot; returns True the
         first time that grace is used (for a log line).
         """
-        age = latest.timestamp - crumb.timestamp
+        if age is None:
+            age = latest.timestamp - crumb.timestamp
         verdict = self.lag.check(age, now)
         if verdict is Lag.DROP:
             raise GrpcError(StatusCode.UNAVAILABLE, self.lag.drop_reason(age))

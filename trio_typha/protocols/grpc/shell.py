@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Iterator
 
 import trio
@@ -85,6 +86,11 @@ class _Stream:
     async def send(self, message: bytes) -> None:
         await self._conn._send(self.stream_id, message)
 
+    def send_nowait(self, message: bytes) -> bool:
+        """Queue ``message`` and write it at once if the socket is free; False if it is not
+        (the stream is backed up, or the connection's writer holds the socket)."""
+        return self._conn._send_nowait(self.stream_id, message)
+
     # Called by the connection's reader.
     def deliver(self, payload: bytes) -> None:
         self._inbox_send.send_nowait(payload)
@@ -120,6 +126,11 @@ class GrpcConnection:
         self._goaway_sent = trio.Event()
         self._writer_done = trio.Event()
         self._poke = _Signal()  # the writer may have something to send
+        # The socket's owner is the write loop, except that a broadcast round may write
+        # while it is free (see _socket_free); bytes the round could not send are carried.
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+        self._writing = False
+        self._carry: memoryview | None = None
         self._progress = _Signal()  # bytes left the queues, or a stream went away
         self._streams_changed = _Signal()  # a stream was opened or its handler ended
         self._had_stream = False
@@ -363,6 +374,30 @@ class GrpcConnection:
         self.core.send_message(stream_id, message)
         self._poke.fire()
 
+    def _send_nowait(self, stream_id: int, message: bytes) -> bool:
+        """The broadcast round's write: through the core (h2 frames and flow-control
+        accounting for this stream), then one non-blocking send, only while the socket is
+        free; what the kernel does not take is the write loop's to finish."""
+        if self._fd is None or not self._socket_free or not self.core.writable(stream_id):
+            return False
+        self.core.send_message(stream_id, message)
+        data = self.core.data_to_send()
+        if data:
+            try:
+                sent = os.write(self._fd, data)
+            except OSError:  # would block, or broken: the write loop finds out which
+                sent = 0
+            if sent < len(data):
+                self._carry = memoryview(data)[sent:]
+                self._poke.fire()
+        return True
+
+    @property
+    def _socket_free(self) -> bool:
+        """Nobody is writing to the socket: the write loop is not mid-write and has no
+        carried bytes to finish.  Only then may the broadcast round write."""
+        return not self._writing and self._carry is None
+
     def _consumed(self, stream_id: int) -> None:
         self.core.consumed(stream_id)
         self._poke.fire()
@@ -376,10 +411,14 @@ class GrpcConnection:
         try:
             with trio.CancelScope() as write_scope:
                 while True:
-                    data = self.core.data_to_send()
+                    data: bytes | memoryview = self.core.data_to_send()
+                    if self._carry is not None:  # the round's write, finished here first
+                        data, self._carry = bytes(self._carry) + data, None
                     if data:
                         write_scope.deadline = trio.current_time() + self.settings.write_timeout
+                        self._writing = True
                         await self._stream.send_all(data)
+                        self._writing = False
                         write_scope.deadline = math.inf
                         self._progress.fire()
                         continue

@@ -4,12 +4,18 @@ Protocol decisions live in :class:`~.session.SyncSession`; this module only wait
 start message, for room in the stream, for the next breadcrumb (update sender), for the
 next ping time (pinger) and for the pong deadline (pong watcher).  Whatever ends the
 session is raised as :class:`GrpcError` and turned into trailers by the connection.
+
+A caught-up session on a stream that can send without waiting takes a seat at its
+syncer's broadcast (:mod:`trio_typha.cache.fanout`): the round then queues each new
+breadcrumb's shared message bytes on the stream and writes them out, and the update sender
+sleeps until the round hands the stream back (the socket was busy or the stream backed up).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 import trio
@@ -17,6 +23,7 @@ import trio
 from ... import BUILD_VERSION
 from ...cache.build import build_once
 from ...cache.core import Breadcrumb
+from ...cache.fanout import Seat
 from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, Session, State
@@ -41,6 +48,36 @@ class MessageStream(Protocol):
     async def send(self, message: bytes) -> None:
         """Queue one framed response message, waiting while the stream is backed up."""
         ...
+
+
+class _GrpcSeat(Seat):
+    """A Sync session's seat at the broadcast: all-or-nothing sends of whole messages."""
+
+    def __init__(self, stream: MessageStream, session: SyncSession, info: Session) -> None:
+        super().__init__()
+        self._send = getattr(stream, "send_nowait")  # noqa: B009 (optional in the protocol)
+        self._session = session
+        self._info = info
+        self.handed_back = trio.Event()
+
+    def key(self) -> object:
+        return self._session.last_status_sent
+
+    def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
+        return self._session.render(crumbs)
+
+    def commit(self, crumbs: Sequence[Breadcrumb], data: bytes) -> None:
+        self._session.committed(crumbs)
+        self._info.sent(len(data))
+        self._info.reached(crumbs[-1].seq, crumbs[-1].timestamp)
+
+    def send_nowait(self, data: bytes | memoryview) -> int:
+        if not self._send(bytes(data)):
+            raise BlockingIOError
+        return len(data)
+
+    def wake(self) -> None:
+        self.handed_back.set()
 
 
 async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection) -> None:
@@ -112,21 +149,42 @@ async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: Syn
 async def _send_updates(stream: MessageStream, session: SyncSession, feed: CacheFeed,
                         crumb: Breadcrumb, info: Session, metrics: SyncerMetrics) -> None:
     """Follow the breadcrumbs forever: one update message per breadcrumb, then its status."""
-    while True:
-        nxt = await feed.wait_next(crumb)
-        now = trio.current_time()
-        metrics.client_latency.observe(max(feed.latest.timestamp - nxt.timestamp, 0.0))
-        if nxt.updates:
-            metrics.kvs_per_msg.observe(len(nxt.updates))
-        if session.check_fall_behind(nxt, feed.latest, now):
-            metrics.grace_used.inc()
-            log.info("gRPC session %#x fell more than %gs behind; tolerated during the "
-                     "new-client grace period", info.id, session.settings.max_fall_behind)
-        for message in session.messages_for(nxt):
-            await stream.send(message)
-            info.sent(len(message))
-        info.reached(nxt.seq, nxt.timestamp)
-        crumb = nxt
+    seat = _GrpcSeat(stream, session, info) if hasattr(stream, "send_nowait") else None
+    try:
+        while True:
+            if (seat is not None and crumb.next is None and feed.broadcasting
+                    and feed.broadcast.join(seat, crumb)):
+                seat.handed_back = trio.Event()
+                await seat.handed_back.wait()
+                assert seat.crumb is not None
+                crumb = seat.crumb
+                if seat.pending:  # what the round had for us when the stream was busy
+                    pending, seat.pending = bytes(seat.pending), b""
+                    await stream.send(pending)
+                continue
+            crumb = await _send_next(stream, session, feed, crumb, info, metrics)
+    finally:
+        if seat is not None:
+            feed.broadcast.leave(seat)
+
+
+async def _send_next(stream: MessageStream, session: SyncSession, feed: CacheFeed,
+                     crumb: Breadcrumb, info: Session, metrics: SyncerMetrics) -> Breadcrumb:
+    """Wait for the breadcrumb after ``crumb`` and send it (the update sender's own path)."""
+    nxt = await feed.wait_next(crumb)
+    now = trio.current_time()
+    metrics.client_latency.observe(max(feed.latest.timestamp - nxt.timestamp, 0.0))
+    if nxt.updates:
+        metrics.kvs_per_msg.observe(len(nxt.updates))
+    if session.check_fall_behind(nxt, feed.latest, now, age=feed.client_age(nxt, now)):
+        metrics.grace_used.inc()
+        log.info("gRPC session %#x fell more than %gs behind; tolerated during the "
+                 "new-client grace period", info.id, session.settings.max_fall_behind)
+    for message in session.messages_for(nxt):
+        await stream.send(message)
+        info.sent(len(message))
+    info.reached(nxt.seq, nxt.timestamp)
+    return nxt
 
 
 async def _send_pings(stream: MessageStream, session: SyncSession, info: Session) -> None:
