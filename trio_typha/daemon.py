@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+from functools import partial
 from typing import Any
 
 import trio
@@ -29,6 +30,7 @@ from .model.kv import SYNCER_TYPES, SyncStatus
 from .model.syncers import DatastoreMode, syncer_definition
 from .observe.health import Health, Report
 from .observe.httpd import serve_http
+from .observe.livefeed import FEED_PATH, ReplicaSampler, serve_feed
 from .observe.metrics import Metrics
 from .server.connections import ConnectionRegistry
 from .server.context import ServerContext
@@ -221,8 +223,9 @@ class Daemon:
             if cfg.health_enabled:
                 log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
                          cfg.health_port)
-                listeners = await nursery.start(serve_http, cfg.health_host, cfg.health_port,
-                                                self._health_http)
+                listeners = await nursery.start(partial(
+                    serve_http, cfg.health_host, cfg.health_port, self._health_http,
+                    websockets={FEED_PATH: self._live_feed}))
                 self.ports["health"] = listeners[0].socket.getsockname()[1]
             if cfg.prometheus_metrics_enabled:
                 log.info("Prometheus metrics enabled. Starting server. port=%d",
@@ -254,6 +257,12 @@ class Daemon:
                 replica, self.connections.snapshot(), version=BUILD_VERSION,
                 limit=self.governor.limit if self.governor is not None else None)
         return self.health.handle(path)
+
+    async def _live_feed(self, ws: Any) -> None:
+        """``/feed`` on the health port: this replica's numbers once a second."""
+        assert self.ctx is not None
+        name = f"{self.config.server_host or '0.0.0.0'}:{self.ports.get('server', 0)}"
+        await serve_feed(ws, ReplicaSampler(name, self.connections, self.ctx.feeds))
 
     async def _serve_sync(self, *, task_status: trio.TaskStatus[Any]) -> None:
         cfg = self.config
