@@ -129,8 +129,10 @@ def _max_in_window(times: list[float], window: float) -> int:
 @pytest.mark.parametrize("spread", [0.0, 3.0])
 async def test_replica_restart_no_reconnect_burst(nursery: trio.Nursery, spread: float) -> None:
     """200 agents on two replicas; one is killed and restarted.  With reconnect_delay_max=3 s
-    its agents come back at about n/3 per second, never in one burst; with 0 (Felix's
-    behaviour) they all arrive at once -- which shows the measurement can see a burst."""
+    its agents dial again at about n/3 per second, never in one burst; with 0 (Felix's
+    behaviour) they all dial at once -- which shows the measurement can see a burst.  Dial
+    times are the agents' own (when the policy let them dial), so server load cannot blur
+    them; every agent must be back in sync afterwards."""
     a, a_scope = await _replica(nursery)
     b, _ = await _replica(nursery)
     port_a = a.ports["server"]
@@ -148,13 +150,15 @@ async def test_replica_restart_no_reconnect_burst(nursery: trio.Nursery, spread:
     with trio.fail_after(HANG):
         await group.wait_until(lambda _: all(ag.in_sync and len(ag.connects) == 2
                                              for ag in on_a))
-    reconnects = [ag.connects[1] - killed_at for ag in on_a]
+    dials = [t - killed_at for ag in on_a for t in ag.connector.attempt_times
+             if t > killed_at]
+    assert len(dials) >= len(on_a)
     if spread:
         rate = len(on_a) / spread  # the configured rate: the dropped agents over the spread
-        assert _max_in_window(reconnects, 1.0) <= 1.5 * rate
-        assert max(reconnects) > spread * 0.8
+        assert _max_in_window(dials, 1.0) <= 1.5 * rate
+        assert max(dials) > spread * 0.8
     else:
-        assert _max_in_window(reconnects, 0.5) == len(on_a)
+        assert _max_in_window(dials, 0.5) >= len(on_a)
     assert group.stats()["in_sync"] == 200
 
 

@@ -250,6 +250,8 @@ class Connector:
     policy: ReconnectPolicy = field(default_factory=ReconnectPolicy)
     rng: random.Random = field(default_factory=random.Random)
     attempts: int = 0
+    #: trio time of each attempt (when the policy let the agent dial)
+    attempt_times: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._backoff = self.policy.backoff(self.rng)
@@ -270,6 +272,7 @@ class Connector:
         while True:
             await trio.sleep(self._delay)
             self.attempts += 1
+            self.attempt_times.append(trio.current_time())
             try:
                 return self._tracker.pick(await self.discovery.discover())
             except DiscoveryError as exc:
