@@ -127,6 +127,7 @@ class Agent:
 
     def __init__(self, spec: AgentSpec, connector: Connector, *,
                  on_delay: Callable[[float], None] | None = None,
+                 on_receipt: Callable[[str, float], None] | None = None,
                  on_change: Callable[[], None] | None = None) -> None:
         self.spec = spec
         self.connector = connector
@@ -141,6 +142,7 @@ class Agent:
         self.last_error = ""
         self._on_delay = on_delay or (lambda _d: None)
         self._on_change = on_change or (lambda: None)
+        self._on_receipt = on_receipt
 
     @property
     def in_sync(self) -> bool:
@@ -186,9 +188,12 @@ class Agent:
     def _received(self, updates: Sequence[SerializedUpdate]) -> None:
         self.updates += len(updates)
         now = time.time_ns()
+        receipt = self._on_receipt
         for u in updates:
             if u.value and (m := CHURN_STAMP.search(u.value)):
                 self._on_delay((now - int(m.group(1))) / 1e9)
+            if receipt is not None and u.revision:
+                receipt(u.revision, now / 1e9)
 
     async def _typha(self, address: TyphaAddress) -> None:
         client = TyphaClient(address.host, address.port, syncer_type=self.spec.syncer,
@@ -277,7 +282,7 @@ class AgentGroup:
         self.discovery = discovery
         self.policy = policy
         self._delays: list[float] = []
-        self._kube_api: Any = None
+        self._receipts: list[tuple[str, float]] = []
         self._seed = seed
         self.specs = list(specs)
         self.agents: list[Agent] = []
@@ -299,7 +304,7 @@ class AgentGroup:
                     connector = Connector(make_discovery(self.discovery, spec, rng, kube),
                                           self.policy, rng)
                     agent = Agent(spec, connector, on_delay=self._delays.append,
-                                  on_change=self._notify)
+                                  on_receipt=self._receipt, on_change=self._notify)
                     self.agents.append(agent)
                     await nursery.start(agent.run)
                 task_status.started(self)
@@ -307,6 +312,15 @@ class AgentGroup:
             if kube is not None:
                 with trio.CancelScope(shield=True):
                     await kube.aclose()
+
+    def _receipt(self, revision: str, at: float) -> None:
+        self._receipts.append((revision, round(at, 4)))
+
+    def drain_receipts(self) -> list[tuple[str, float]]:
+        """(revision, wall-clock second) of every update received in sync since last call."""
+        out = self._receipts[:]
+        self._receipts.clear()
+        return out
 
     def _notify(self) -> None:
         self._changed.set()
@@ -404,7 +418,7 @@ async def _worker() -> None:
                 stats = group.stats()
                 connects = sorted(t for a in group.agents for t in a.connects)
                 stats.update(event="stats", worker=config["worker"], time=time.time(),
-                             delays=group.drain_delays(),
+                             delays=group.drain_delays(), receipts=group.drain_receipts(),
                              connect_times=[round(t + wall_offset, 3) for t in connects[seen:]])
                 seen = len(connects)
                 _emit(stats)
@@ -462,6 +476,8 @@ class Fleet:
         self._latest: dict[int, dict[str, Any]] = {}
         self.delays: list[float] = []
         self.connect_times: list[float] = []
+        #: (revision, wall-clock second) for every update any agent received while in sync
+        self.receipts: list[tuple[str, float]] = []
         self._procs: list[trio.Process] = []
         self._compare: dict[int, dict[str, Any]] = {}
         self._compare_done: trio.Event | None = None
@@ -492,6 +508,11 @@ class Fleet:
                     return stats
             await self._changed.wait()
 
+    async def next_report(self) -> FleetStats:
+        """Wait for the next report from any worker; the merged stats after it."""
+        await self._changed.wait()
+        return self.stats
+
     async def compare(self, expected: Mapping[str, Mapping[str, bytes]], path: str
                       ) -> dict[str, Any]:
         """Write ``expected`` to ``path``; every worker diffs its agents against it."""
@@ -513,6 +534,7 @@ class Fleet:
     def _on_line(self, msg: dict[str, Any]) -> None:
         if msg.get("event") == "stats":
             self.delays.extend(msg.pop("delays"))
+            self.receipts.extend((rev, at) for rev, at in msg.pop("receipts"))
             self.connect_times.extend(msg.pop("connect_times"))
             self._latest[msg["worker"]] = msg
             self.reports += 1
