@@ -26,8 +26,8 @@ from typing import Any
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from ..cache import CacheFeed
 from ..cache.core import Breadcrumb
+from ..cache.feed import CacheFeed
 from ..server.connections import ConnectionRegistry, State
 
 log = logging.getLogger(__name__)
