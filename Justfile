@@ -7,9 +7,10 @@ default:
 test *ARGS:
     bash tests/run.sh {{ARGS}}
 
-# The embedded demo: synthetic cluster, churn, clients on both protocols.
-demo:
-    bash testbed/demo.sh
+# The demo: API server, three replicas, an agent fleet, churn, dashboard, verdict.
+# e.g. `just demo --size medium --agents 500 --kill-replica-at 30`
+demo *ARGS:
+    bash testbed/demo.sh {{ARGS}}
 
 # Serve a synthetic cluster from the memory datastore.
 serve CLUSTER="small":

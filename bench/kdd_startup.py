@@ -23,7 +23,6 @@ stdin closes.  Results are printed as JSON (and appended to ``$BENCH_OUT`` if se
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess
@@ -40,34 +39,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _common import cpu_seconds, percentiles, report, rss_peak_mib  # noqa: E402
 
 from testbed.cluster import cluster_objects  # noqa: E402
+from testbed.jsonlines import JsonLines, send_json  # noqa: E402
 from trio_typha.model import kinds as K  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 GROUPS = {"crd": K.CALICO_CRD_GROUP, "v3": K.CALICO_V3_GROUP}
-
-
-# --- line-oriented pipes to the child processes -----------------------------------------------
-
-class Lines:
-    """Reads newline-terminated lines from a trio receive stream."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.buf = bytearray()
-
-    async def json(self) -> dict[str, Any]:
-        while b"\n" not in self.buf:
-            chunk = await self.stream.receive_some(1 << 16)
-            if not chunk:
-                raise EOFError("child process closed its stdout")
-            self.buf += chunk
-        line, _, rest = bytes(self.buf).partition(b"\n")
-        self.buf = bytearray(rest)
-        return json.loads(line)
-
-
-async def send_json(stream: trio.abc.SendStream, obj: dict[str, Any]) -> None:
-    await stream.send_all(json.dumps(obj).encode() + b"\n")
 
 
 # --- the API server child -----------------------------------------------------------------------
@@ -95,7 +71,7 @@ async def serve_apiserver(size: str, group: str) -> None:
         path = server.kubeconfig_path(kubeconfig_dir)
         await send_json(stdout, {"event": "serving", "kubeconfig": str(path), "objects": count,
                                  "pods": len(pods), "seed_s": round(seed_s, 2)})
-        commands = Lines(stdin)
+        commands = JsonLines(stdin)
         rng = random.Random(11)
         while True:
             try:
@@ -143,7 +119,7 @@ async def measure(size: str, args: argparse.Namespace, *, do_churn: bool) -> dic
         [sys.executable, __file__, "--serve-apiserver", size, "--group", args.group],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert apiserver.stdin is not None and apiserver.stdout is not None
-    api_lines = Lines(apiserver.stdout)
+    api_lines = JsonLines(apiserver.stdout)
     serving = await api_lines.json()
     result.update(objects=serving["objects"], pods=serving["pods"],
                   apiserver_seed_s=serving["seed_s"])
@@ -175,7 +151,7 @@ async def measure(size: str, args: argparse.Namespace, *, do_churn: bool) -> dic
              f"127.0.0.1:{daemon.ports['server']}", "--n", "1", "--syncer", "felix"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert client.stdin is not None and client.stdout is not None
-        client_lines = Lines(client.stdout)
+        client_lines = JsonLines(client.stdout)
         in_sync = await client_lines.json()
         result["client_snapshot"] = {"seconds": round(in_sync["seconds"], 2),
                                      "keys": in_sync["keys_min"], "errors": in_sync["errors"]}

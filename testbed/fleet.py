@@ -61,6 +61,10 @@ from trio_typha.client.typha import (
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
 from trio_typha.protocols.grpc.status import GrpcError
 
+from . import invariant
+from .invariant import ExpectedKV
+from .jsonlines import JsonLines, send_json
+
 log = logging.getLogger("testbed.fleet")
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -249,15 +253,6 @@ class Agent:
             raise _Lost(str(exc) or type(exc).__name__, established=established) from None
 
 
-def diff(actual: Mapping[str, SerializedUpdate], expected: Mapping[str, bytes]
-         ) -> dict[str, int]:
-    """Missing, extra and differing keys of one agent's state against the expected one."""
-    missing = sum(1 for k in expected if k not in actual)
-    extra = sum(1 for k in actual if k not in expected)
-    differing = sum(1 for k, v in actual.items() if k in expected and v.value != expected[k])
-    return {"missing": missing, "extra": extra, "differing": differing}
-
-
 # -- many agents in one process ------------------------------------------------------------
 
 def make_discovery(spec: DiscoverySpec, agent: AgentSpec, rng: random.Random,
@@ -353,17 +348,22 @@ class AgentGroup:
                               if a.first_in_sync is not None],
         }
 
-    def compare(self, expected: Mapping[str, Mapping[str, bytes]]) -> dict[str, Any]:
-        """Every agent's state against ``expected`` (syncer type -> key -> value)."""
+    def compare(self, expected: Mapping[str, Mapping[str, ExpectedKV]]) -> dict[str, Any]:
+        """Every agent's state against ``expected`` (syncer type -> the invariant checker's
+        expected state): agents that are not in sync or differ in any key."""
         bad: list[dict[str, Any]] = []
         keys = 0
         for a in self.agents:
             want = expected.get(a.spec.syncer, {})
             keys += len(want)
-            d = diff(a.kvs, want)
-            if not a.in_sync or any(d.values()):
+            report = invariant.compare(want, invariant.state_of(a.kvs),
+                                       syncer_type=a.spec.syncer, subject=a.spec.name)
+            if not a.in_sync or not report.ok:
                 bad.append({"agent": a.spec.name, "protocol": a.spec.protocol,
-                            "syncer": a.spec.syncer, "in_sync": a.in_sync, **d})
+                            "syncer": a.spec.syncer, "in_sync": a.in_sync,
+                            "missing": report.missing, "extra": report.extra,
+                            "differing": report.differing,
+                            "first": [str(d) for d in report.differences[:3]]})
         return {"agents": len(self.agents), "keys_checked": keys, "mismatched": bad}
 
 
@@ -393,14 +393,16 @@ def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def load_expected(path: str) -> dict[str, dict[str, bytes]]:
+def load_expected(path: str) -> dict[str, dict[str, ExpectedKV]]:
+    """Read what :meth:`Fleet.compare` wrote: syncer -> key -> [value, revision, source]."""
     with open(path) as fh:
         doc = json.load(fh)
-    return {syncer: {k: v.encode() for k, v in kvs.items()} for syncer, kvs in doc.items()}
+    return {syncer: {k: ExpectedKV(v.encode(), rev, src) for k, (v, rev, src) in kvs.items()}
+            for syncer, kvs in doc.items()}
 
 
 async def _worker() -> None:
-    lines = _LineReader(trio.lowlevel.FdStream(os.dup(0)))
+    lines = JsonLines(trio.lowlevel.FdStream(os.dup(0)))
     config = await lines.next()
     if config is None:
         return
@@ -430,22 +432,6 @@ async def _worker() -> None:
                 result = group.compare(load_expected(cmd["path"]))
                 _emit({"event": "compare", "worker": config["worker"], **result})
         nursery.cancel_scope.cancel()
-
-
-class _LineReader:
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.buf = bytearray()
-
-    async def next(self) -> dict[str, Any] | None:
-        while b"\n" not in self.buf:
-            chunk = await self.stream.receive_some(1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, _, rest = bytes(self.buf).partition(b"\n")
-        self.buf = bytearray(rest)
-        return json.loads(line)
 
 
 # -- the controller side -------------------------------------------------------------------
@@ -508,21 +494,26 @@ class Fleet:
                     return stats
             await self._changed.wait()
 
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
     async def next_report(self) -> FleetStats:
         """Wait for the next report from any worker; the merged stats after it."""
         await self._changed.wait()
         return self.stats
 
-    async def compare(self, expected: Mapping[str, Mapping[str, bytes]], path: str
+    async def compare(self, expected: Mapping[str, Mapping[str, ExpectedKV]], path: str
                       ) -> dict[str, Any]:
-        """Write ``expected`` to ``path``; every worker diffs its agents against it."""
+        """Write ``expected`` (the invariant checker's, per syncer type) to ``path``; every
+        worker compares each of its agents with it (:meth:`AgentGroup.compare`)."""
         await trio.Path(path).write_text(json.dumps(
-            {s: {k: v.decode() for k, v in kvs.items()} for s, kvs in expected.items()}))
+            {s: {k: [kv.value.decode(), kv.revision, kv.source] for k, kv in kvs.items()}
+             for s, kvs in expected.items()}))
         self._compare, self._compare_done = {}, trio.Event()
         for proc in self._procs:
             assert proc.stdin is not None
-            await proc.stdin.send_all(json.dumps({"cmd": "compare", "path": path}).encode()
-                                      + b"\n")
+            await send_json(proc.stdin, {"cmd": "compare", "path": path})
         await self._compare_done.wait()
         out: dict[str, Any] = {"agents": 0, "keys_checked": 0, "mismatched": []}
         for rep in self._compare.values():
@@ -547,7 +538,7 @@ class Fleet:
 
     async def _read(self, proc: trio.Process) -> None:
         assert proc.stdout is not None
-        lines = _LineReader(proc.stdout)
+        lines = JsonLines(proc.stdout)
         while (msg := await lines.next()) is not None:
             self._on_line(msg)
         code = await proc.wait()
@@ -566,7 +557,7 @@ async def open_fleet(config: FleetConfig) -> AsyncIterator[Fleet]:
                 [sys.executable, "-m", "testbed.fleet"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, env=env)
             assert proc.stdin is not None
-            await proc.stdin.send_all(json.dumps(config.worker_config(i)).encode() + b"\n")
+            await send_json(proc.stdin, config.worker_config(i))
             fleet._procs.append(proc)
             nursery.start_soon(fleet._read, proc)
         try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by tests/run.sh and testbed/demo.sh: makes a fresh Debian machine ready.
 #   bootstrap_env            python3-venv + .venv with trio-typha installed
-#   bootstrap_env test       ... plus the test extras, etcd-server and Go
+#   bootstrap_env test       ... plus the test extras, etcd-server, Go and chromium
 set -euo pipefail
 
 _sudo() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -16,6 +16,8 @@ bootstrap_env() {
     # The stalled-watch tests drop a connection's packets inside a network namespace.
     command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
     command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+    # headless Chromium loads the demo's dashboard in tests/integration/test_demo.py
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} (apt)" >&2

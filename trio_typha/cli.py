@@ -1,4 +1,4 @@
-"""``trio-typha``: serve | client | connections.
+"""``trio-typha``: serve | client | connections | demo.
 
 ``serve`` runs the daemon (configured like Typha: TYPHA_* variables, a config file, and flags
 that override both).  ``client`` is a debugging client in the spirit of Calico's typha-client:
@@ -99,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
                    "repeat for several replicas")
     n.add_argument("--json", action="store_true", help="print the replicas' documents as JSON")
     n.add_argument("--timeout", type=float, default=5.0, help="seconds per replica")
+
+    d = sub.add_parser("demo", help="the whole system on this machine: an API server, three "
+                       "replicas, an agent fleet, churn, a dashboard and a convergence verdict")
+    from testbed.demo_options import add_arguments
+    add_arguments(d)
     return p
 
 
@@ -163,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "connections":
             return _connections(args)
+        if args.command == "demo":
+            setup_logging("WARNING")
+            from testbed.demo import run as run_demo
+            return run_demo(args)
         return _client(args)
     except ConfigError as exc:
         print(f"trio-typha: configuration error: {exc}", file=sys.stderr)

@@ -1,0 +1,623 @@
+"""``trio-typha demo``: the whole system on one machine, and a verdict on it.
+
+One command starts, as separate processes,
+
+* the test bed Kubernetes API server with a synthetic cluster (:mod:`testbed.bed`);
+* three trio-typha replicas in KDD mode against it, each on its own loopback address
+  (127.0.0.11, .12, .13) and the same port, as pods of one Deployment would be;
+* the ``calico-typha`` Service's EndpointSlice listing them (each on a node of its own);
+* a fleet of agents (:mod:`testbed.fleet`) on both protocols, finding the replicas from that
+  EndpointSlice (same-node Typha first) with a random start-up delay;
+
+then NetworkPolicy churn through the official ``kubernetes`` client (:mod:`testbed.churn`),
+optionally a replica killed mid-run (its EndpointSlice entry goes unready, as the
+EndpointSlice controller would mark it), a dashboard page fed by every replica's ``/feed``
+WebSocket and by the demo's own ``/fleet`` one, and a progress line in the terminal.
+
+At the end (or on Ctrl-C) churn stops, the demo waits for quiescence and compares every
+agent's state with the state the invariant checker (:mod:`testbed.invariant`) derives from
+the API server's contents, then prints the verdict (``--json``: one JSON object) and exits
+non-zero unless every agent converged.
+
+Propagation delay is measured per write and per agent: the churn records each write's
+resourceVersion and wall-clock time, the agents report when each revision reached them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import httpx
+import trio
+from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+
+from trio_typha.client.discovery import ReconnectPolicy
+from trio_typha.observe.httpd import serve_http
+
+from .cluster import Replica, typha_endpoint_slice
+from .demo_options import Options, options
+from .fleet import DiscoverySpec, Fleet, FleetConfig, open_fleet
+from .invariant import ExpectedKV, expected_states, read_kubernetes
+from .jsonlines import JsonLines
+from .verdict import percentiles_ms, render
+
+log = logging.getLogger("testbed.demo")
+T = TypeVar("T")
+
+DASHBOARD = Path(__file__).resolve().parent / "dashboard"
+REPLICA_IPS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")
+SLICE_NAME = "calico-typha-demo"
+HANG = 120.0  # no single phase of the demo may take longer than this (hang protection)
+
+
+# -- the processes ----------------------------------------------------------------------------
+
+def _free_port(hosts: tuple[str, ...]) -> int:
+    """A TCP port free on every one of ``hosts``."""
+    import socket
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = probe.getsockname()[1]
+        try:
+            for host in hosts:
+                with socket.socket() as s:
+                    s.bind((host, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no TCP port free on all of {hosts}")
+
+
+def _proc_usage(pid: int) -> tuple[float, float, float]:
+    """(CPU seconds, RSS MiB, peak RSS MiB) of a live process, from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = (int(stat[11]) + int(stat[12])) / ticks
+        status = dict(line.split(":", 1) for line in
+                      Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        rss = int(status["VmRSS"].split()[0]) / 1024
+        peak = int(status["VmHWM"].split()[0]) / 1024
+        return round(cpu, 2), round(rss, 1), round(peak, 1)
+    except (OSError, KeyError, IndexError, ValueError):
+        return 0.0, 0.0, 0.0
+
+
+@dataclass
+class ReplicaProcess:
+    index: int
+    ip: str
+    port: int
+    health_port: int
+    log_path: Path
+    proc: trio.Process | None = None
+    alive: bool = False
+    killed_at: float | None = None
+    usage: tuple[float, float, float] = (0.0, 0.0, 0.0)  # last seen (cpu s, rss, peak rss)
+    feed: dict[str, Any] = field(default_factory=dict)  # latest /feed sample
+
+    @property
+    def name(self) -> str:
+        return f"typha-{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def node(self) -> str:
+        return f"node-{self.index:04d}"
+
+    @property
+    def feed_url(self) -> str:
+        return f"ws://{self.ip}:{self.health_port}/feed"
+
+    def replica(self) -> Replica:
+        return Replica(self.name, self.ip, self.port, self.node, ready=self.alive)
+
+    def sample_usage(self) -> None:
+        if self.proc is not None and self.alive:
+            self.usage = _proc_usage(self.proc.pid)
+
+    async def start(self, kubeconfig: str) -> None:
+        env = {**os.environ, "TYPHA_DATASTORETYPE": "kubernetes", "KUBECONFIG": kubeconfig,
+               "TYPHA_SERVERHOST": self.ip, "TYPHA_SERVERPORT": str(self.port),
+               "TYPHA_HEALTHENABLED": "true", "TYPHA_HEALTHHOST": self.ip,
+               "TYPHA_HEALTHPORT": str(self.health_port),
+               "TYPHA_LOGSEVERITYSCREEN": "WARNING", "TYPHA_SHUTDOWNTIMEOUTSECS": "3",
+               "TYPHA_SHUTDOWNCONNECTIONDROPINTERVALMAXSECS": "0.05"}
+        logfile = await trio.to_thread.run_sync(partial(open, self.log_path, "ab"))
+        with logfile:
+            self.proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "trio_typha", "serve"], env=env,
+                stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile)
+        self.alive = True
+
+    async def wait_ready(self) -> None:
+        url = f"http://{self.ip}:{self.health_port}/readiness"
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                assert self.proc is not None
+                if self.proc.returncode is not None:
+                    raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}; "
+                                       f"see {self.log_path}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(url)).status_code == 200:
+                        return
+                await trio.sleep(0.2)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.alive:
+            self.sample_usage()
+            self.proc.kill()
+            self.alive = False
+            self.killed_at = trio.current_time()
+
+    async def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with trio.move_on_after(10):
+                await self.proc.wait()
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+        self.alive = False
+
+
+async def _follow_feed(replica: ReplicaProcess) -> None:
+    """Keep ``replica.feed`` at the latest /feed sample, reconnecting while it is alive."""
+    while True:
+        if replica.alive:
+            try:
+                async with open_websocket_url(replica.feed_url) as ws:
+                    while True:
+                        replica.feed = json.loads(await ws.get_message())
+            except (OSError, HandshakeError, ConnectionClosed):
+                pass
+        replica.feed = {}
+        await trio.sleep(1.0)
+
+
+# -- the Kubernetes side (blocking official client, run in threads) -----------------------
+
+class Cluster:
+    """The official ``kubernetes`` client on the test bed: EndpointSlice, churn, reading."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        from .churn import api_client
+        self.kubeconfig = kubeconfig
+        self.client = api_client(kubeconfig)
+
+    def publish(self, replicas: list[ReplicaProcess]) -> None:
+        """Create or replace the calico-typha EndpointSlice with ``replicas``."""
+        import kubernetes
+        api = kubernetes.client.DiscoveryV1Api(self.client)
+        body = typha_endpoint_slice([r.replica() for r in replicas], name=SLICE_NAME)
+        try:
+            current = api.read_namespaced_endpoint_slice(SLICE_NAME, "kube-system")
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            api.create_namespaced_endpoint_slice("kube-system", body)
+            return
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        api.replace_namespaced_endpoint_slice(SLICE_NAME, "kube-system", body)
+
+    def expected(self, syncers: tuple[str, ...]) -> dict[str, dict[str, ExpectedKV]]:
+        """What every agent must hold: the invariant checker on the API server's contents."""
+        return expected_states(read_kubernetes(self.client), syncers)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# -- the demo ----------------------------------------------------------------------------------
+
+class Demo:
+    def __init__(self, opts: Options, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+                 ) -> None:
+        self.opts = opts
+        self.out = out
+        self.err = err
+        self.workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="trio-typha-demo-"))
+        self.replicas: list[ReplicaProcess] = []
+        self.fleet: Fleet | None = None
+        self.cluster: Cluster | None = None
+        self.phase = "starting"
+        self.started = 0.0
+        self.fleet_started = 0.0
+        self.all_in_sync_s: float | None = None
+        self.churn: Any = None
+        self.write_times: dict[str, float] = {}  # resourceVersion -> wall time of the write
+        self._receipts_seen = 0
+        self._unmatched: list[tuple[str, float]] = []
+        self.delays: list[float] = []
+        self.recent_delays: list[float] = []
+        self.kills = 0
+        self.kills_survived = 0
+        self.stop = trio.Event()
+        self.verdict: dict[str, Any] | None = None
+        self.history: list[dict[str, Any]] = []
+        self.dashboard_url = ""
+        self._tty = err.isatty()
+
+    # -- output --------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        if self._tty:
+            self.err.write("\r\x1b[K")
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def progress(self) -> None:
+        if self.fleet is None:
+            return
+        s = self.fleet.stats
+        per = " ".join(f"{r.name}:{self._agents_on(r)}" if r.alive else f"{r.name}:dead"
+                       for r in self.replicas)
+        lag = percentiles_ms(self.recent_delays)
+        line = (f"[{trio.current_time() - self.started:6.1f}s] {self.phase:<10} agents in sync "
+                f"{s.in_sync}/{self.opts.agents}  writes {self._writes()}  "
+                f"lag p50 {lag['p50_ms']} ms p99 {lag['p99_ms']} ms  {per}")
+        if self._tty:
+            self.err.write("\r\x1b[K" + line)
+            self.err.flush()
+        elif int(trio.current_time() - self.started) % 5 == 0:
+            self.err.write(line + "\n")
+            self.err.flush()
+
+    def _agents_on(self, r: ReplicaProcess) -> int:
+        assert self.fleet is not None
+        return self.fleet.stats.by_address.get(r.address, 0)
+
+    def _writes(self) -> int:
+        return len(self.churn.writes) if self.churn is not None else 0
+
+    # -- propagation: match agents' receipts with the churn's writes -------------------------------
+
+    def _match_receipts(self) -> None:
+        assert self.fleet is not None
+        if self.churn is not None:
+            for w in self.churn.writes[len(self.write_times):]:
+                self.write_times[w.resource_version or f"?{w.seq}"] = w.at
+        fresh = self.fleet.receipts[self._receipts_seen:]
+        self._receipts_seen = len(self.fleet.receipts)
+        pending, self._unmatched = self._unmatched + fresh, []
+        now = time.time()
+        self.recent_delays = []
+        for rev, at in pending:
+            written = self.write_times.get(rev)
+            if written is not None:
+                self.delays.append(at - written)
+                self.recent_delays.append(at - written)
+            elif now - at < 30:  # the churn thread may not have recorded it yet
+                self._unmatched.append((rev, at))
+
+    # -- the live page ---------------------------------------------------------------------------
+
+    def fleet_sample(self) -> dict[str, Any]:
+        s = self.fleet.stats if self.fleet is not None else None
+        lag = percentiles_ms(self.recent_delays)
+        sample = {
+            "type": "fleet", "time": round(time.time(), 3), "phase": self.phase,
+            "elapsed": round(trio.current_time() - self.started, 1),
+            "agents": self.opts.agents, "in_sync": s.in_sync if s else 0,
+            "connected": s.connected if s else 0,
+            "by_protocol": s.by_protocol if s else {},
+            "writes": self._writes(), "propagation_p50_ms": lag["p50_ms"],
+            "propagation_p99_ms": lag["p99_ms"],
+            "replicas": [{"name": r.name, "address": r.address, "feed": r.feed_url,
+                          "alive": r.alive, "agents": self._agents_on(r) if s else 0}
+                         for r in self.replicas],
+            "verdict": self.verdict,
+        }
+        return sample
+
+    def _dashboard(self, path: str) -> tuple[int, str, bytes] | None:
+        files = {"/": ("index.html", "text/html; charset=utf-8"),
+                 "/index.html": ("index.html", "text/html; charset=utf-8"),
+                 "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8")}
+        if path == "/fleet.json":
+            return 200, "application/json", json.dumps(self.fleet_sample()).encode()
+        if path == "/history.json":
+            return 200, "application/json", json.dumps(self.history).encode()
+        found = files.get(path)
+        if found is None:
+            return None
+        return 200, found[1], (DASHBOARD / found[0]).read_bytes()
+
+    async def _fleet_feed(self, ws: Any) -> None:
+        try:
+            while True:
+                await ws.send_message(json.dumps(self.fleet_sample()))
+                await trio.sleep(1.0)
+        except ConnectionClosed:
+            pass
+
+    # -- phases ------------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        self.started = trio.current_time()
+        opts = self.opts
+        async with contextlib.AsyncExitStack() as stack:
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)
+            nursery.start_soon(self._signals)
+            kubeconfig = await stack.enter_async_context(self._apiserver())
+            self.cluster = Cluster(kubeconfig)
+            stack.callback(self.cluster.close)
+            await stack.enter_async_context(self._replicas(kubeconfig))
+            await trio.to_thread.run_sync(self.cluster.publish, self.replicas)
+            self.say(f"== EndpointSlice kube-system/{SLICE_NAME}: "
+                     + ", ".join(f"{r.name} {r.address} on {r.node}" for r in self.replicas))
+            listeners = await nursery.start(partial(
+                serve_http, opts.dashboard_host, opts.dashboard_port, self._dashboard,
+                websockets={"/fleet": self._fleet_feed}))
+            port = listeners[0].socket.getsockname()[1]
+            self.dashboard_url = f"http://{opts.dashboard_host}:{port}/"
+            self.say(f"== dashboard: {self.dashboard_url}")
+            for r in self.replicas:
+                nursery.start_soon(_follow_feed, r)
+            self.phase = "syncing"
+            self.fleet = await stack.enter_async_context(self._fleet(kubeconfig))
+            nursery.start_soon(self._tick)
+            self.fleet_started = trio.current_time()
+            sync_limit = HANG + opts.agents * 0.5  # generous: a shared machine may be slow
+            stats = None
+            with trio.move_on_after(sync_limit) as too_long:
+                stats = await self._until_stopped(partial(
+                    self.fleet.wait,
+                    lambda s: s.agents == opts.agents and s.in_sync == opts.agents))
+            if too_long.cancelled_caught:
+                self.say(f"!! agents did not all sync within {sync_limit:g} s")
+            if stats is not None:
+                self.all_in_sync_s = round(trio.current_time() - self.fleet_started, 2)
+                self.say(f"== {opts.agents} agents in sync after {self.all_in_sync_s} s")
+            if not self.stop.is_set():
+                await self._churn_phase(nursery)
+            self.phase = "quiescing"
+            self.verdict = await self._verdict()
+            self.phase = "done"
+            await trio.sleep(1.2)  # one more feed message carries the verdict to the page
+        return self.verdict
+
+    async def _until_stopped(self, fn: Callable[[], Awaitable[T]]) -> T | None:
+        """``await fn()``, unless Ctrl-C comes first (then None)."""
+        result: T | None = None
+        async with trio.open_nursery() as n:
+            async def run() -> None:
+                nonlocal result
+                result = await fn()
+                n.cancel_scope.cancel()
+
+            async def stopped() -> None:
+                await self.stop.wait()
+                n.cancel_scope.cancel()
+
+            n.start_soon(run)
+            n.start_soon(stopped)
+        return result
+
+    async def _churn_phase(self, nursery: trio.Nursery) -> None:
+        from .churn import Churn, ChurnConfig, Mix, run_in_trio
+        opts = self.opts
+        assert self.cluster is not None
+        if opts.churn_rate <= 0 or opts.duration <= 0:
+            return
+        self.churn = Churn(self.cluster.client, ChurnConfig(
+            rate=opts.churn_rate, mix=Mix(create=1, update=2, delete=1), prefix="demo",
+            namespaces=3, max_policies=60, seed=13))
+        await trio.to_thread.run_sync(self.churn.setup)
+        self.phase = "churning"
+        self.say(f"== churn: {opts.churn_rate:g} writes/s for {opts.duration:g} s")
+        churn = self.churn
+        async with trio.open_nursery() as n:
+            if opts.kill_replica_at is not None:
+                n.start_soon(self._kill_later, opts.kill_replica_at)
+            await self._until_stopped(partial(run_in_trio, churn, seconds=opts.duration))
+            n.cancel_scope.cancel()
+        self.say(f"== churn stopped after {self._writes()} writes")
+
+    async def _kill_later(self, after: float) -> None:
+        await trio.sleep(after)
+        victim = next((r for r in self.replicas if r.alive and self._agents_on(r)),
+                      self.replicas[0])
+        had = self._agents_on(victim)
+        self.say(f"== killing {victim.name} ({victim.address}, {had} agents) with SIGKILL")
+        victim.kill()
+        self.kills += 1
+        assert self.cluster is not None
+        await trio.to_thread.run_sync(self.cluster.publish, self.replicas)
+        t0 = trio.current_time()
+        assert self.fleet is not None
+        with trio.move_on_after(HANG):
+            await self.fleet.wait(lambda s: s.in_sync == self.opts.agents
+                                  and s.by_address.get(victim.address, 0) == 0)
+            self.kills_survived += 1
+            self.say(f"== all agents in sync again {trio.current_time() - t0:.1f} s after "
+                     f"the kill, none left on {victim.name}")
+
+    async def _verdict(self) -> dict[str, Any]:
+        """Quiescence, then every agent against the invariant checker's expected state."""
+        assert self.fleet is not None and self.cluster is not None
+        opts = self.opts
+        result: dict[str, Any] = {}
+        deadline = trio.current_time() + opts.quiescence_timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            # Quiet: every agent in sync and the fleet's update count unchanged for a full
+            # round of reports from every worker, twice.
+            with trio.move_on_at(deadline):
+                await self._quiet()
+            expected = await trio.to_thread.run_sync(self.cluster.expected, opts.syncers)
+            result = await self.fleet.compare(expected, str(self.workdir / "expected.json"))
+            if not result["mismatched"] or trio.current_time() >= deadline:
+                break
+            self.say(f"   {len(result['mismatched'])} agents differ (attempt {attempt}); "
+                     "waiting for quiescence")
+        self._match_receipts()
+        for r in self.replicas:
+            r.sample_usage()
+        s = self.fleet.stats
+        totals = {k: sum(m[k] for m in result["mismatched"]) for k in
+                  ("missing", "extra", "differing")}
+        writes = self.churn.writes if self.churn is not None else []
+        converged = not result["mismatched"] and result["agents"] == opts.agents
+        return {
+            "converged": converged, "agents": result["agents"], "protocols": s.by_protocol,
+            "syncers": list(opts.syncers), "size": opts.size,
+            "time_to_all_in_sync_s": self.all_in_sync_s,
+            "keys_checked": result["keys_checked"], **totals,
+            "agents_not_in_sync": sum(1 for m in result["mismatched"] if not m["in_sync"]),
+            "writes": len(writes), "write_errors": sum(1 for w in writes if not w.ok),
+            "churn_rate": opts.churn_rate, "churn_s": opts.duration,
+            "propagation": percentiles_ms(self.delays),
+            "replica_kills": self.kills, "replica_kills_survived": self.kills_survived,
+            "reconnects": s.connections - opts.agents, "connect_failures": s.failures,
+            "replicas": [{"name": r.name, "address": r.address, "node": r.node,
+                          "alive": r.alive, "connections": self._agents_on(r),
+                          "server_connections": r.feed.get("connections"),
+                          "cpu_s": r.usage[0], "rss_mib": r.usage[1],
+                          "peak_rss_mib": r.usage[2]} for r in self.replicas],
+            "fleet_processes": [dict(zip(("cpu_s", "rss_mib", "peak_rss_mib"),
+                                         _proc_usage(pid), strict=True))
+                                for pid in self.fleet.pids],
+            "mismatched": result["mismatched"][:20],
+            "dashboard": self.dashboard_url, "workdir": str(self.workdir),
+        }
+
+    async def _quiet(self, rounds: int = 2) -> None:
+        assert self.fleet is not None
+        quiet, last = 0, -1
+        while quiet < rounds:
+            for _ in range(self.opts.processes):
+                stats = await self.fleet.next_report()
+            quiet = quiet + 1 if stats.updates == last and stats.in_sync == self.opts.agents \
+                else 0
+            last = stats.updates
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            self._match_receipts()
+            for r in self.replicas:
+                r.sample_usage()
+            sample = self.fleet_sample()
+            self.history.append({k: sample[k] for k in ("elapsed", "in_sync", "writes",
+                                                        "propagation_p50_ms",
+                                                        "propagation_p99_ms")})
+            self.progress()
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                if self.stop.is_set():
+                    raise KeyboardInterrupt
+                self.say("== stopping (Ctrl-C again to abandon the verdict)")
+                self.stop.set()
+
+    # -- the pieces' lifetimes ----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _apiserver(self) -> AsyncIterator[str]:
+        path = self.workdir / "kubeconfig"
+        logfile = await trio.to_thread.run_sync(partial(open, self.workdir / "apiserver.log",
+                                                        "ab"))
+        with logfile:
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "testbed.bed", "--size", self.opts.size,
+                 "--kubeconfig", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=logfile)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            with trio.fail_after(HANG):
+                serving = await JsonLines(proc.stdout).json()
+            self.say(f"== test bed API server {serving['url']}: {self.opts.size} cluster, "
+                     f"{serving['objects']} objects")
+            yield serving["kubeconfig"]
+        finally:
+            with trio.CancelScope(shield=True):
+                await proc.stdin.aclose()
+                with trio.move_on_after(5):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    @contextlib.asynccontextmanager
+    async def _replicas(self, kubeconfig: str) -> AsyncIterator[None]:
+        port = _free_port(REPLICA_IPS)
+        health = _free_port(REPLICA_IPS)
+        self.replicas = [ReplicaProcess(i, ip, port, health, self.workdir / f"typha-{i}.log")
+                         for i, ip in enumerate(REPLICA_IPS)]
+        try:
+            for r in self.replicas:
+                await r.start(kubeconfig)
+            t0 = trio.current_time()
+            with trio.fail_after(HANG):
+                async with trio.open_nursery() as n:
+                    for r in self.replicas:
+                        n.start_soon(r.wait_ready)
+            self.say(f"== 3 trio-typha replicas (KDD) ready after "
+                     f"{trio.current_time() - t0:.1f} s: "
+                     + ", ".join(r.address for r in self.replicas))
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
+                for r in self.replicas:
+                    r.sample_usage()
+                async with trio.open_nursery() as n:
+                    for r in self.replicas:
+                        n.start_soon(r.stop)
+
+    @contextlib.asynccontextmanager
+    async def _fleet(self, kubeconfig: str) -> AsyncIterator[Fleet]:
+        opts = self.opts
+        config = FleetConfig(
+            agents=opts.agents, discovery=DiscoverySpec(kubeconfig=kubeconfig),
+            grpc_share=opts.grpc_share, syncers=opts.syncers, processes=opts.processes,
+            policy=ReconnectPolicy(startup_delay_max=opts.startup_delay_max,
+                                   reconnect_delay_max=opts.reconnect_delay_max))
+        self.say(f"== fleet: {opts.agents} agents in {opts.processes} processes, "
+                 f"{opts.grpc_share:.0%} gRPC, discovering {config.discovery.describe()}")
+        async with open_fleet(config) as fleet:
+            yield fleet
+
+
+# -- the command line --------------------------------------------------------------------------
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        opts = options(args)
+    except ValueError as exc:
+        print(f"trio-typha demo: {exc}", file=sys.stderr)
+        return 2
+    demo = Demo(opts)
+    try:
+        verdict = trio.run(demo.run)
+    except KeyboardInterrupt:
+        print("\ntrio-typha demo: abandoned", file=sys.stderr)
+        return 130
+    if opts.json:
+        print(json.dumps(verdict), flush=True)
+    else:
+        demo.say(render(verdict))
+    return 0 if verdict["converged"] else 1
