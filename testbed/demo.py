@@ -215,10 +215,12 @@ class Cluster:
         except kubernetes.client.ApiException as exc:
             if exc.status != 404:
                 raise
-            api.create_namespaced_endpoint_slice("kube-system", body)
+            api.create_namespaced_endpoint_slice("kube-system", body)  # type: ignore[arg-type]
             return
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        api.replace_namespaced_endpoint_slice(SLICE_NAME, "kube-system", body)
+        if current.metadata is not None:  # replace only the version we read
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        api.replace_namespaced_endpoint_slice(SLICE_NAME, "kube-system",
+                                              body)  # type: ignore[arg-type]
 
     def expected(self, syncers: tuple[str, ...]) -> dict[str, dict[str, ExpectedKV]]:
         """What every agent must hold: the invariant checker on the API server's contents."""

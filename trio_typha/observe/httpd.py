@@ -37,7 +37,7 @@ class _Replay(trio.abc.Stream):
         self._stream = stream
         self._data = data
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._data:
             n = max_bytes or len(self._data)
             out, self._data = self._data[:n], self._data[n:]
