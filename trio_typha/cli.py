@@ -91,7 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--ca-file")
     c.add_argument("--cert-file")
     c.add_argument("--key-file")
-    c.add_argument("--server-cn", default="")
+    c.add_argument("--server-cn", default="", help="require this CN in the server "
+                   "certificate (TLS); with --server-uri-san, either one matching is enough")
+    c.add_argument("--server-uri-san", default="",
+                   help="require this URI SAN in the server certificate (TLS)")
     c.add_argument("--log-level", default="WARNING")
     n = sub.add_parser("connections", help="who is connected to which replica (GET /connections)")
     n.add_argument("--addr", action="append", required=True, metavar="HOST:PORT",

@@ -38,6 +38,8 @@ from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .server.settings import ServerSettings
+from .server.tls import ServerTLS
+from .server.tls_diagnosis import FailureLog
 from .syncer.pipeline import SyncerPipeline
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,9 @@ class Daemon:
         else:
             self.datastore, self._definition_args = make_datastore(cfg, store)
         self.settings = ServerSettings.from_config(cfg)
+        #: Server TLS (re-read on change); built now so a bad file fails start-up at once.
+        self.tls = (ServerTLS(cfg.server_cert_file, cfg.server_key_file, cfg.ca_file)
+                    if cfg.tls_enabled else None)
         self.pipelines: dict[str, SyncerPipeline] = {}
         self.ctx: ServerContext | None = None
         self.connections = ConnectionRegistry(active=self.metrics.connections_active,
@@ -267,15 +272,12 @@ class Daemon:
     async def _serve_sync(self, *, task_status: trio.TaskStatus[Any]) -> None:
         cfg = self.config
         assert self.ctx is not None
-        ssl_context = None
-        if cfg.tls_enabled:
-            from .server.tls import server_ssl_context
-            ssl_context = server_ssl_context(cfg.server_cert_file, cfg.server_key_file,
-                                             cfg.ca_file)
         handler = ConnectionHandler(
-            self.ctx, _protocols(cfg.server_protocols), ssl_context=ssl_context,
-            client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san)
-        log.info("Opening %slisten socket host=%s port=%d", "TLS " if ssl_context else "",
+            self.ctx, _protocols(cfg.server_protocols), tls=self.tls,
+            client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san,
+            failures=FailureLog(lambda reason: self.metrics.tls_handshake_failures.labels(
+                reason=reason).inc()))
+        log.info("Opening %slisten socket host=%s port=%d", "TLS " if self.tls else "",
                  cfg.server_host or "*", self.listen_port)
         listeners = await trio.open_tcp_listeners(self.listen_port,
                                                   host=cfg.server_host or None)

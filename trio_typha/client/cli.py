@@ -17,6 +17,7 @@ import trio
 
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..protocols.grpc.status import GrpcError
+from ..server.tls_diagnosis import REASONS, TLSFailure
 from .discovery import (
     Discovery,
     DiscoveryError,
@@ -26,6 +27,7 @@ from .discovery import (
     TyphaAddress,
     parse_address,
 )
+from .tls import client_ssl_context
 from .typha import TyphaClient, TyphaDisconnected
 from .view import SyncView
 
@@ -49,11 +51,7 @@ def _kv_json(u: SerializedUpdate) -> dict[str, Any]:
 def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     if not (args.ca_file or args.cert_file):
         return None
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=args.ca_file)
-    ctx.check_hostname = False  # Typha checks CN / URI SAN, not the host name
-    if args.cert_file:
-        ctx.load_cert_chain(args.cert_file, args.key_file)
-    return ctx
+    return client_ssl_context(args.ca_file, args.cert_file, args.key_file)
 
 
 class Reporter:
@@ -94,7 +92,8 @@ class Reporter:
 async def _run_grpc(args: argparse.Namespace, host: str, port: int, rep: Reporter) -> None:
     from . import grpc as g
     stream = await g.open_stream(host, port, ssl_context=_ssl_context(args),
-                                 server_hostname=args.server_cn or None)
+                                 server_hostname=args.server_cn or None,
+                                 server_cn=args.server_cn, server_uri_san=args.server_uri_san)
     async with stream:
         async for ev in g.sync(stream, args.syncer, hostname=args.hostname):
             if isinstance(ev, g.Updates):
@@ -106,7 +105,8 @@ async def _run_grpc(args: argparse.Namespace, host: str, port: int, rep: Reporte
 async def _run_typha(args: argparse.Namespace, host: str, port: int, rep: Reporter) -> None:
     client = TyphaClient(host, port, syncer_type=args.syncer, hostname=args.hostname,
                          compression=not args.no_compression, ssl_context=_ssl_context(args),
-                         server_hostname=args.server_cn or None)
+                         server_hostname=args.server_cn or None, server_cn=args.server_cn,
+                         server_uri_san=args.server_uri_san)
     async for batch in client.batches():
         if batch.updates:
             rep.updates(batch.updates, snapshot=not batch.after_snapshot)
@@ -151,7 +151,18 @@ async def run_client(args: argparse.Namespace) -> int:
         try:
             await run(args, address.host, address.port, rep)
             break
-        except (GrpcError, TyphaDisconnected) as exc:
+        except TLSFailure as exc:
+            print(f"trio-typha client: {address}: {exc}", file=sys.stderr)
+            return 3
+        except TyphaDisconnected as exc:
+            if any(f"TLS {reason}: " in str(exc) for reason in REASONS):
+                print(f"trio-typha client: {address}: {exc}", file=sys.stderr)
+                return 3
+            if rep.view.status is SyncStatus.WAIT_FOR_DATASTORE and i + 1 < len(candidates):
+                continue  # never got going on this one: try the next, as Felix does
+            print(f"trio-typha client: stream ended: {exc}", file=sys.stderr)
+            return 1
+        except GrpcError as exc:
             if rep.view.status is SyncStatus.WAIT_FOR_DATASTORE and i + 1 < len(candidates):
                 continue  # never got going on this one: try the next, as Felix does
             print(f"trio-typha client: stream ended: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ from ..model.kv import SerializedUpdate, SyncStatus, UpdateType
 from ..protocols.grpc import typha_pb2 as pb
 from ..protocols.grpc.framing import MessageDecoder, frame_message
 from ..protocols.grpc.status import GrpcError, StatusCode, decode_grpc_message
+from .tls import tls_handshake
 from .view import SyncView
 
 PATH = "/typha.v1.Sync/Sync"
@@ -63,15 +64,20 @@ def kv_from_pb(kv: pb.KV) -> SerializedUpdate:
 
 
 async def open_stream(host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
-                      server_hostname: str | None = None) -> trio.abc.Stream:
+                      server_hostname: str | None = None, server_cn: str = "",
+                      server_uri_san: str = "") -> trio.abc.Stream:
+    """TCP (and TLS, checking the server's CN / URI SAN; see :mod:`.tls`) to a server."""
     sock = await trio.open_tcp_stream(host, port)
     if ssl_context is None:
         return sock
     # gRPC over TLS negotiates HTTP/2 by ALPN (the server also tells it by the preface).
     ssl_context.set_alpn_protocols(["h2"])
-    tls = trio.SSLStream(sock, ssl_context, server_hostname=server_hostname or host)
-    await tls.do_handshake()
-    return tls
+    try:
+        return await tls_handshake(sock, ssl_context, server_hostname=server_hostname or host,
+                                   server_cn=server_cn, server_uri_san=server_uri_san)
+    except BaseException:
+        await trio.aclose_forcefully(sock)
+        raise
 
 
 async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",

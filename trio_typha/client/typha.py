@@ -40,6 +40,7 @@ from ..protocols.gob.client_session import (
     TyphaProtocolError,
 )
 from ..protocols.gob.messages import MsgServerHello
+from .tls import tls_handshake
 
 __all__ = [
     "Batch", "Connected", "DecoderRestarted", "Disconnected", "KVsReceived", "PingAnswered",
@@ -110,6 +111,7 @@ class TyphaClient:
                  hostname: str | None = None, info: str = "trio-typha client",
                  version: str = BUILD_VERSION, compression: bool = True,
                  ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                 server_cn: str = "", server_uri_san: str = "",
                  dial_timeout: float = 10.0, read_timeout: float = 30.0,
                  write_timeout: float = 10.0, reconnect: bool = False,
                  backoff: Backoff | None = None,
@@ -124,6 +126,8 @@ class TyphaClient:
         self.compression = compression
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname
+        self.server_cn = server_cn
+        self.server_uri_san = server_uri_san
         self.dial_timeout = dial_timeout
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
@@ -238,9 +242,9 @@ class TyphaClient:
             stream = await self._open_stream()
             try:
                 if self.ssl_context is not None:
-                    stream = trio.SSLStream(stream, self.ssl_context,
-                                            server_hostname=self.server_hostname)
-                    await stream.do_handshake()
+                    stream = await tls_handshake(
+                        stream, self.ssl_context, server_hostname=self.server_hostname,
+                        server_cn=self.server_cn, server_uri_san=self.server_uri_san)
                 core = ClientSession(
                     syncer_type=self.syncer_type, hostname=self.hostname, info=self.info,
                     version=self.version, compression=self.compression,

@@ -103,6 +103,9 @@ class Metrics:
         self.h2_abuse_closed = Counter(
             "typha_h2_abuse_closed", "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM "
             "for going over a per-second frame budget, by flood kind.", ["kind"], registry=r)
+        self.tls_handshake_failures = Counter(
+            "typha_tls_handshake_failures", "Failed TLS handshakes (and rejected client "
+            "identities) on the sync port, by reason.", ["reason"], registry=r)
         self.logs_dropped = Counter(
             "typha_logs_dropped", "Number of logs dropped because the output stream was "
             "blocked.", registry=r)
@@ -110,6 +113,9 @@ class Metrics:
             "typha_log_errors", "Number of errors encountered while logging.", registry=r)
         self.watch_ages = WatchAges()
         r.register(self.watch_ages)
+        from ..server.tls_diagnosis import REASONS
+        for reason in REASONS:
+            self.tls_handshake_failures.labels(reason=reason)
         for syncer in SYNCER_TYPES:
             for metric in vars(self).values():
                 if isinstance(metric, MetricWrapperBase) and "syncer" in metric._labelnames:

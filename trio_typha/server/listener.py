@@ -9,6 +9,7 @@ request (answered ``400``).
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 
@@ -18,7 +19,15 @@ from ..observe.throttle import held_back
 from .connections import Connection
 from .context import ServerContext
 from .sniff import SNIFF_BYTES, Wire, classify, http1_response, rejection_reason
-from .tls import check_peer_identity, peer_identity
+from .tls import ServerTLS, check_peer_identity, peer_identity
+from .tls_diagnosis import (
+    IDENTITY_MISMATCH,
+    PLAINTEXT_TO_TLS_PORT,
+    TLS_TO_PLAINTEXT_PORT,
+    FailureLog,
+    capturing,
+)
+from .tls_diagnosis import classify as classify_tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +83,30 @@ async def _answer_http1(stream: trio.abc.Stream, prefix: bytes) -> None:
         await stream.send_eof()
 
 
+_PLAINTEXT = {Wire.H2: "an HTTP/2 (plaintext gRPC) client",
+              Wire.HTTP1: "an HTTP/1.x client",
+              Wire.GOB: "a Typha-protocol client without TLS"}
+
+
 class ConnectionHandler:
     """Per accepted socket: TLS, identity check and sniffing within the handshake timeout,
-    then the protocol's session (a :data:`~.connections.Handler` for the registry)."""
+    then the protocol's session (a :data:`~.connections.Handler` for the registry).
+
+    Every failed TLS handshake is classified (:mod:`.tls_diagnosis`) and reported through
+    ``failures``: a client speaking plaintext to the TLS port is told from its first bytes
+    (peeked, so nothing is consumed) before the handshake, TLS to the plaintext port by
+    :func:`sniff`.
+    """
 
     def __init__(self, ctx: ServerContext, protocols: Protocols, *,
-                 ssl_context: ssl.SSLContext | None = None, client_cn: str = "",
-                 client_uri_san: str = "") -> None:
+                 tls: ServerTLS | ssl.SSLContext | None = None, client_cn: str = "",
+                 client_uri_san: str = "", failures: FailureLog | None = None) -> None:
         self.ctx = ctx
         self.protocols = protocols
-        self.ssl_context = ssl_context
+        self.tls = tls
         self.client_cn = client_cn
         self.client_uri_san = client_uri_san
+        self.failures = failures or FailureLog()
 
     async def __call__(self, sock: trio.SocketStream, conn: Connection) -> None:
         peer = conn.peer
@@ -95,14 +116,14 @@ class ConnectionHandler:
             session: Session | None = None
             prefix = b""
             with trio.move_on_after(self.ctx.settings.handshake_timeout) as scope:
-                if self.ssl_context is not None:
-                    tls = trio.SSLStream(sock, self.ssl_context, server_side=True)
-                    await tls.do_handshake()
-                    cert = tls.getpeercert()
-                    conn.tls_identity = peer_identity(cert)
-                    reason = check_peer_identity(cert, self.client_cn, self.client_uri_san)
-                    if reason:
-                        log.warning("Rejecting TLS client %s: %s", peer, reason)
+                if self.tls is not None:
+                    wire = classify(await _peek(sock))
+                    if wire is not None and wire is not Wire.TLS:
+                        self.failures.record(peer, PLAINTEXT_TO_TLS_PORT,
+                                             f"{_PLAINTEXT[wire]} on the TLS port")
+                        return
+                    tls = await self._handshake(sock, conn)
+                    if tls is None:
                         return
                     stream = tls
                 wire, session, prefix = await sniff(stream, self.protocols)
@@ -111,6 +132,10 @@ class ConnectionHandler:
                 return
             if wire is None:
                 log.debug("Connection from %s closed before sending anything", peer)
+                return
+            if session is None and wire is Wire.TLS:
+                self.failures.record(peer, TLS_TO_PLAINTEXT_PORT, rejection_reason(
+                    wire, tls_configured=self.tls is not None))
                 return
             if session is None:
                 self._log_rejection(peer, wire)
@@ -130,5 +155,42 @@ class ConnectionHandler:
         held = self.ctx.peer_log.allow((host, wire.value), trio.current_time())
         if held is not None:
             log.info("Closing connection from %s: %s%s", peer,
-                     rejection_reason(wire, tls_configured=self.ssl_context is not None),
+                     rejection_reason(wire, tls_configured=self.tls is not None),
                      held_back(held))
+
+    async def _handshake(self, sock: trio.SocketStream, conn: Connection
+                         ) -> trio.SSLStream[trio.SocketStream] | None:
+        """TLS handshake and identity check; None (reported) if either fails."""
+        assert self.tls is not None
+        context = self.tls.current() if isinstance(self.tls, ServerTLS) else self.tls
+        tls = trio.SSLStream(sock, context, server_side=True)
+        with capturing() as certificates:
+            try:
+                await tls.do_handshake()
+            except trio.BrokenResourceError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ssl.SSLError):
+                    self.failures.record(conn.peer,
+                                         *classify_tls_failure(cause, certificates))
+                else:
+                    log.info("Connection from %s closed during the TLS handshake: %s",
+                             conn.peer, cause or exc)
+                return None
+        cert = tls.getpeercert()
+        conn.tls_identity = peer_identity(cert)
+        reason = check_peer_identity(cert, self.client_cn, self.client_uri_san)
+        if reason:
+            self.failures.record(conn.peer, IDENTITY_MISMATCH, reason)
+            return None
+        return tls
+
+
+async def _peek(sock: trio.abc.Stream) -> bytes:
+    """The first bytes the peer sent, left in the socket (b"" for non-socket streams)."""
+    raw = getattr(sock, "socket", None)
+    if raw is None:
+        return b""
+    try:
+        return await raw.recv(SNIFF_BYTES, socket.MSG_PEEK)
+    except OSError:
+        return b""

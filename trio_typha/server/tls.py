@@ -1,27 +1,178 @@
 """Typha's mutual TLS: require a client certificate chained to the CA, then check CN / URI SAN.
 
 If both ClientCN and ClientURISAN are configured, either matching is enough; if only one is,
-it must match (typha-wire-protocol §1).
+it must match (typha-wire-protocol §1).  ``TLS_MIN_VERSION`` (``1.2`` or ``1.3``) and
+``TLS_CIPHER_SUITES`` (Go's cipher suite names, comma-separated) are read from the
+environment as Calico does; unlike Calico an invalid value is a named configuration error.
+
+:class:`ServerTLS` re-reads the certificate, key and CA files when they change on disk (it
+looks on every accepted connection: three ``stat`` calls), so a rotated certificate takes
+effect without a restart.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
+from ..config import ConfigError
+from .tls_diagnosis import enable_capture
 
-def server_ssl_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+log = logging.getLogger(__name__)
+
+#: Go's TLS 1.2 cipher suite names → OpenSSL's.  TLS 1.3 suites are fixed (as in Go).
+GO_CIPHER_SUITES = {
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                          "TLS_CHACHA20_POLY1305_SHA256"})
+#: Calico's default TLS 1.2 suites: ECDHE with AES-GCM, ChaCha20-Poly1305 and AES-CBC-SHA.
+DEFAULT_SUITES = ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                  "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                  "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+                  "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                  "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+                  "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+                  "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+                  "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA", "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA")
+
+
+def tls_policy(env: Mapping[str, str] | None = None) -> tuple[ssl.TLSVersion, str]:
+    """(minimum version, OpenSSL cipher string) from TLS_MIN_VERSION / TLS_CIPHER_SUITES."""
+    env = os.environ if env is None else env
+    raw_min = env.get("TLS_MIN_VERSION", "").strip()
+    versions = {"": ssl.TLSVersion.TLSv1_2, "1.2": ssl.TLSVersion.TLSv1_2,
+                "1.3": ssl.TLSVersion.TLSv1_3}
+    if raw_min not in versions:
+        raise ConfigError(f"TLS_MIN_VERSION: invalid value {raw_min!r}: expected 1.2 or 1.3")
+    raw_suites = env.get("TLS_CIPHER_SUITES", "").strip()
+    names = [n.strip() for n in raw_suites.split(",") if n.strip()] or list(DEFAULT_SUITES)
+    unknown = [n for n in names if n not in GO_CIPHER_SUITES and n not in TLS13_SUITES]
+    if unknown:
+        raise ConfigError(f"TLS_CIPHER_SUITES: unknown cipher suite(s) {', '.join(unknown)}; "
+                          f"expected Go names such as {DEFAULT_SUITES[1]}")
+    ciphers = ":".join(dict.fromkeys(GO_CIPHER_SUITES[n] for n in names if n in GO_CIPHER_SUITES))
+    return versions[raw_min], ciphers
+
+
+def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
+                       env: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """The server context; :class:`ConfigError` naming the setting if a file is bad."""
+    minimum, ciphers = tls_policy(env)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = (ssl.TLSVersion.TLSv1_3 if os.environ.get("TLS_MIN_VERSION") == "1.3"
-                           else ssl.TLSVersion.TLSv1_2)
+    ctx.minimum_version = minimum
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
-    ctx.load_cert_chain(cert_file, key_file)
-    ctx.load_verify_locations(ca_file)
+    if ciphers:
+        ctx.set_ciphers(ciphers)
+    try:
+        ctx.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"TYPHA_SERVERCERTFILE={cert_file} / TYPHA_SERVERKEYFILE={key_file}: "
+                          f"cannot load the certificate and key: {_why(exc)}") from None
+    try:
+        ctx.load_verify_locations(ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"TYPHA_CAFILE={ca_file}: cannot load the CA bundle: "
+                          f"{_why(exc)}") from None
     ctx.verify_mode = ssl.CERT_REQUIRED
     # gRPC clients negotiate h2 by ALPN; Typha's Go client sends no ALPN.
     ctx.set_alpn_protocols(["h2", "http/1.1"])
+    enable_capture(ctx)
+    from .client_ca_list import send_client_ca_list
+    send_client_ca_list(ctx, ca_file)
     return ctx
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return {"KEY_VALUES_MISMATCH": "the key does not belong to the certificate",
+                "NO_START_LINE": "not a PEM file"}.get(exc.reason, exc.reason)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+class ServerTLS:
+    """The current server context, rebuilt when the cert, key or CA file changes."""
+
+    def __init__(self, cert_file: str, key_file: str, ca_file: str) -> None:
+        self.files = (cert_file, key_file, ca_file)
+        self._stamp = self._stat()
+        self.context = server_ssl_context(*self.files)
+        self.reloads = 0
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for path in self.files:
+            try:
+                st = os.stat(path)
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append((0, 0, 0))
+        return tuple(out)
+
+    def current(self) -> ssl.SSLContext:
+        """The context for a new connection (re-read first if a file changed)."""
+        stamp = self._stat()
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                context = server_ssl_context(*self.files)
+            except ConfigError as exc:
+                log.error("TLS files changed but cannot be loaded; keeping the previous "
+                          "certificate: %s", exc)
+            else:
+                self.context = context
+                self.reloads += 1
+                log.warning("TLS certificate, key or CA changed on disk; now serving %s",
+                            describe_chain(self.files[0]))
+        return self.context
+
+
+def describe_chain(cert_file: str) -> str:
+    from cryptography import x509
+
+    from .tls_diagnosis import describe
+    try:
+        with open(cert_file, "rb") as fh:
+            cert = x509.load_pem_x509_certificate(fh.read())
+    except (OSError, ValueError) as exc:
+        return f"{cert_file} ({exc})"
+    from cryptography.hazmat.primitives.serialization import Encoding
+    info = describe(cert.public_bytes(Encoding.DER))
+    if info is None:
+        return cert_file
+    return f"{cert_file}: subject {info.subject!r}, issuer {info.issuer!r}, {info.validity()}"
+
+
+def peer_names(cert: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """(CNs, URI SANs) of a verified peer certificate as ``getpeercert()`` gives it."""
+    if not cert:
+        return [], []
+    cns = [v for rdn in cert.get("subject", ()) for (k, v) in rdn if k == "commonName"]
+    uris = [v for (k, v) in cert.get("subjectAltName", ()) if k == "URI"]
+    return cns, uris
 
 
 def check_peer_identity(cert: dict[str, Any] | None, client_cn: str, client_uri_san: str) -> str:
@@ -30,8 +181,7 @@ def check_peer_identity(cert: dict[str, Any] | None, client_cn: str, client_uri_
         return ""
     if not cert:
         return "no client certificate"
-    cns = [v for rdn in cert.get("subject", ()) for (k, v) in rdn if k == "commonName"]
-    uris = [v for (k, v) in cert.get("subjectAltName", ()) if k == "URI"]
+    cns, uris = peer_names(cert)
     if client_cn and client_cn in cns:
         return ""
     if client_uri_san and client_uri_san in uris:
@@ -41,10 +191,9 @@ def check_peer_identity(cert: dict[str, Any] | None, client_cn: str, client_uri_
     return f"certificate has CN {cns} and URI SANs {uris}, wanted {wanted}"
 
 
+
 def peer_identity(cert: dict[str, Any] | None) -> str:
     """A verified client certificate's identity for humans: its CN and URI SANs."""
-    if not cert:
-        return ""
-    cns = [v for rdn in cert.get("subject", ()) for (k, v) in rdn if k == "commonName"]
-    uris = [v for (k, v) in cert.get("subjectAltName", ()) if k == "URI"]
+    cns, uris = peer_names(cert)
     return ", ".join([f"CN={cn}" for cn in cns] + [f"URI={u}" for u in uris])
+
