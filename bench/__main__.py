@@ -2,7 +2,7 @@
 
     python -m bench SCENARIO [--protocol typha|grpc] [--clients N] [--rate WRITES_PER_S]
                              [--seconds S] [--cluster small|medium|large]
-                             [--datastore memory] [--json]
+                             [--datastore memory|etcdv3] [--json]
 
 Scenarios (one configuration per run: peak RSS is a process's, so each run is fresh):
 
@@ -18,9 +18,11 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
 * ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
   InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.
 
-The server is the real daemon on the memory datastore, in this process (its CPU and RSS are
-this process's, and so is the churn generator's, which writes into the memory store);
-clients run in separate processes: Go's encoding/gob (``gobtool fleet``) for typha, grpcio
+The server is the real daemon in this process (its CPU and RSS are this process's).  On the
+memory datastore the churn generator writes into the memory store from this process too;
+``--datastore etcdv3`` starts a real etcd, loads the cluster as Calico v3 resources
+(``bench/etcd_cluster.py``) and churns it from a separate process.  Clients run in separate
+processes: Go's encoding/gob (``gobtool fleet``) for typha, grpcio
 for grpc.  A table goes to stdout; with ``--json`` the last line is one JSON object with at
 least delivered_fraction, delay_p50_ms, delay_p99_ms, delay_max_ms, server_cpu_s,
 cores_used, peak_rss_mib and in_sync_s.
@@ -83,6 +85,7 @@ def fanout_args(args: argparse.Namespace) -> argparse.Namespace:
         protocol=args.protocol, client_impl=impl, clients=args.clients,
         procs=min(2, max(args.clients, 1)), cluster=args.cluster, syncer="felix",
         rate=args.rate, seconds=args.seconds, port=0, wake_interval=0.0,
+        datastore=args.datastore,
         snapshot_reuse=1.0, gobtool=fanout.build_gobtool() if impl == "go" else None)
 
 
@@ -159,9 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in DEFAULTS[args.scenario].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.datastore == "etcdv3":
-        p.error("--datastore etcdv3 is not implemented yet: the scenarios run on the memory "
-                "datastore only")
+    if args.datastore == "etcdv3" and args.scenario == "startup":
+        p.error("startup measures the Kubernetes datastore (test bed API server); "
+                "--datastore etcdv3 applies to storm, steady and memory")
     if args.scenario == "steady" and (args.rate <= 0 or args.seconds <= 0):
         p.error("steady needs --rate and --seconds above 0")
     from trio_typha.logs import setup_logging

@@ -15,11 +15,14 @@ trio_typha's own client instead (bench/typha_clients.py).  gRPC clients are grpc
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 
 import trio
 
@@ -76,23 +79,124 @@ def snapshot_sizes(daemon: Daemon, syncer: str) -> dict:
             "snapshot_value_bytes": sum(len(u.value or b"") for u in snap)}
 
 
+class GcPauses:
+    """Durations of the server process's garbage collections, by generation."""
+
+    def __init__(self) -> None:
+        self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses[info["generation"]].append(time.perf_counter() - self._started)
+
+    def summary(self) -> dict:
+        gc.callbacks.remove(self._callback)
+        return {f"gen{g}": {"n": len(p), "max_ms": round(max(p, default=0) * 1e3, 1),
+                            "total_ms": round(sum(p) * 1e3, 1)} for g, p in self.pauses.items()}
+
+
+class RoundLag:
+    """Server-side delay: from a datastore event's receipt to the end of the broadcast
+    round that wrote it (the rest of the measured delay is the clients' and the kernel's)."""
+
+    def __init__(self, feed: object) -> None:
+        self.lags: list[float] = []
+        self.durations: list[float] = []
+        self.deliveries = 0
+        self._feed = feed
+        self._inner = feed.on_round
+        feed.on_round = self._on_round
+
+    def _on_round(self, result: object) -> None:
+        now = trio.current_time()
+        for d in result.delivered:
+            self.lags.append(now - d.crumbs[0].origin)
+        self.deliveries += result.deliveries
+        if self._inner is not None:
+            self._inner(result)
+
+    def summary(self) -> dict:
+        self._feed.on_round = self._inner
+        return {"broadcast_deliveries": self.deliveries,
+                "event_to_round_end": percentiles(self.lags)}
+
+
+class MemoryCluster:
+    """The synthetic cluster in the memory datastore, churned in this process."""
+
+    def __init__(self, cluster: str) -> None:
+        self.store = MemoryStore()
+        self.objects = self.store.put_all(generate(cluster))
+        self.overrides = {"DatastoreType": "memory"}
+        self.writes = 0
+
+    async def churn(self, rate: float, seconds: float) -> None:
+        churn = Churn(self.store, rate, policy_fraction=0.0)
+        try:
+            with trio.move_on_after(seconds):
+                await churn.run()
+        finally:
+            self.writes = churn.writes
+
+
+class EtcdCluster:
+    """The cluster as Calico v3 resources in a real etcd, churned by another process."""
+
+    def __init__(self, cluster: str, etcd: object, objects: int) -> None:
+        self.cluster = cluster
+        self.url = etcd.url
+        self.objects = objects
+        self.store = None
+        self.overrides = {"DatastoreType": "etcdv3", "EtcdEndpoints": etcd.url}
+        self.writes = 0
+
+    async def churn(self, rate: float, seconds: float) -> None:
+        done = await trio.run_process(
+            [sys.executable, os.path.join(HERE, "etcd_cluster.py"), "churn", "--url",
+             self.url, "--cluster", self.cluster, "--rate", str(rate), "--seconds",
+             str(seconds)], capture_stdout=True)
+        self.writes = json.loads(done.stdout)["writes"]
+
+
+@contextlib.asynccontextmanager
+async def datastore(args: argparse.Namespace) -> AsyncIterator[MemoryCluster | EtcdCluster]:
+    if getattr(args, "datastore", "memory") == "memory":
+        yield MemoryCluster(args.cluster)
+        return
+    sys.path.insert(0, os.path.dirname(HERE))
+    import etcd_cluster
+
+    from tests.etcd_server import run_etcd
+    async with run_etcd() as etcd, etcd.client() as client:
+        objects = await etcd_cluster.load(client, args.cluster)
+        yield EtcdCluster(args.cluster, etcd, objects)
+
+
 async def run(args: argparse.Namespace) -> dict:
-    store = MemoryStore()
-    t_load = time.monotonic()
-    objects = store.put_all(generate(args.cluster))
-    load_s = time.monotonic() - t_load
+    started = time.monotonic()
+    async with datastore(args) as cluster:
+        return await _run(args, cluster, time.monotonic() - started)
+
+
+async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
+               load_s: float) -> dict:
     cfg = load_config({}, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
+        **cluster.overrides, "ServerHost": "127.0.0.1",
         "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
         "CacheWakeIntervalSecs": str(args.wake_interval),
         "ServerPingIntervalSecs": "10"})
     result: dict = {"bench": "fanout", "wake_interval": args.wake_interval,
-                    "protocol": args.protocol,
+                    "protocol": args.protocol, "datastore": cluster.overrides["DatastoreType"],
                     "client_impl": args.client_impl, "clients": args.clients,
-                    "cluster": args.cluster, "objects": objects, "rate": args.rate,
+                    "cluster": args.cluster, "objects": cluster.objects, "rate": args.rate,
                     "churn_seconds": args.seconds, "store_load_s": round(load_s, 2)}
     async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=args.port).run)
+        daemon = await nursery.start(Daemon(cfg, store=cluster.store,
+                                            listen_port=args.port).run)
         t0 = trio.current_time()
         await daemon.wait_in_sync()
         result["server_in_sync_s"] = round(trio.current_time() - t0, 2)
@@ -116,13 +220,15 @@ async def run(args: argparse.Namespace) -> dict:
         result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
         cpu1 = cpu_seconds()
         wall1 = trio.current_time()
-        churn = Churn(store, args.rate if args.rate > 0 else 1.0, policy_fraction=0.0)
+        gc_pauses = GcPauses()
+        rounds = RoundLag(daemon.pipelines[args.syncer].feed)
         if args.seconds > 0 and args.rate > 0:
-            with trio.move_on_after(args.seconds):
-                await churn.run()
-        result["churn_writes"] = churn.writes
+            await cluster.churn(args.rate, args.seconds)
+        result["churn_writes"] = cluster.writes
         result["churn_cpu_s"] = round(cpu_seconds() - cpu1, 2)
         result["churn_wall_s"] = round(trio.current_time() - wall1, 2)
+        result["gc_during_churn"] = gc_pauses.summary()
+        result["server_side"] = rounds.summary()
         result["server_rss_with_clients_mib"] = round(current_rss_mib(), 1)
         await trio.sleep(1)  # let the last writes arrive
         result["bytes_sent_total"] = sum(i.bytes_sent for i in daemon.ctx.sessions.values())
@@ -137,7 +243,7 @@ async def run(args: argparse.Namespace) -> dict:
             result["client_errors"] += done.get("errors", [])
             await trio.to_thread.run_sync(p.wait)
         result["delay"] = percentiles(delays)
-        result["expected_deliveries"] = churn.writes * args.clients
+        result["expected_deliveries"] = cluster.writes * args.clients
         result["server_cpu_total_s"] = round(cpu_seconds(), 2)
         result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
         daemon.shutdown()
@@ -153,6 +259,9 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--cluster", default="medium")
+    p.add_argument("--datastore", choices=("memory", "etcdv3"), default="memory",
+                   help="etcdv3: a real etcd is started, loaded and churned from another "
+                   "process")
     p.add_argument("--syncer", default="felix")
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--seconds", type=float, default=60.0)

@@ -51,7 +51,14 @@ def test_startup() -> None:
     assert row["in_sync_s"] > 0 and row["server_cpu_s"] is not None
 
 
-def test_bad_datastore_is_a_clear_error() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench", "steady", "--datastore", "etcdv3"],
+@pytest.mark.etcd
+def test_steady_on_etcd() -> None:
+    row = bench("steady", "--datastore", "etcdv3", "--clients", "2", "--cluster", "tiny",
+                "--rate", "20", "--seconds", "1")
+    assert row["writes"] > 0 and row["delivered_fraction"] == 1.0
+
+
+def test_startup_on_etcd_is_a_clear_error() -> None:
+    done = subprocess.run([sys.executable, "-m", "bench", "startup", "--datastore", "etcdv3"],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "--datastore etcdv3" in done.stderr

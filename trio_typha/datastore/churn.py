@@ -75,4 +75,7 @@ class Churn:
         while True:
             deadline += interval
             self.step()
+            while deadline <= trio.current_time():  # held up: make the writes now due
+                deadline += interval
+                self.step()
             await trio.sleep_until(deadline)

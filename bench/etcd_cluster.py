@@ -1,0 +1,134 @@
+"""The benchmark's clusters on a real etcd: Calico v3 resources as calicoctl stores them.
+
+``--datastore etcdv3`` starts an etcd (``tests/etcd_server.py``), writes the cluster's
+Nodes, Profiles, NetworkPolicies and WorkloadEndpoints (the shapes and counts of the memory
+datastore's synthetic cluster: one WorkloadEndpoint per pod), and churns from a separate
+process (``python bench/etcd_cluster.py churn``) so the datastore's writes happen at their
+rate whatever the server does: relabelling random WorkloadEndpoints with ``churn-ts`` (wall
+clock ns at the write), which the clients read back from the endpoint's labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+V3 = "projectcalico.org/v3"
+CHURN_LABEL = "churn-ts"
+
+
+def _v3(kind: str, name: str, spec: dict[str, Any], *, namespace: str = "",
+        labels: dict[str, str] | None = None) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "uid": f"00000000-0000-4000-8000-{abs(hash(name)) % 10**12:012d}",
+                          "creationTimestamp": "2025-01-01T00:00:00Z"}
+    if namespace:
+        md["namespace"] = namespace
+    if labels:
+        md["labels"] = labels
+    return {"apiVersion": V3, "kind": kind, "metadata": md, "spec": spec}
+
+
+def wep_name(node: str, pod: str) -> str:
+    """libcalico's WorkloadEndpoint name: parts joined by '-', dashes inside doubled."""
+    return "-".join(p.replace("-", "--") for p in (node, "k8s", pod, "eth0"))
+
+
+def endpoint(i: int, size: Any) -> dict[str, Any]:
+    node = f"node-{i % size.nodes}"
+    ns = f"ns-{i % size.namespaces}"
+    pod = f"pod-{i}"
+    return _v3("WorkloadEndpoint", wep_name(node, pod), {
+        "orchestrator": "k8s", "node": node, "workload": "", "pod": pod, "endpoint": "eth0",
+        "interfaceName": f"cali{i:011x}",
+        "ipNetworks": [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}/32"],
+        "profiles": [f"kns.{ns}"]}, namespace=ns, labels={
+        "app": f"app-{i % 8}", "projectcalico.org/namespace": ns,
+        "projectcalico.org/orchestrator": "k8s"})
+
+
+def objects(cluster: str) -> Iterator[dict[str, Any]]:
+    from trio_typha.datastore.synthetic import SIZES
+    size = SIZES[cluster]
+    for n in range(size.nodes):
+        yield _v3("Node", f"node-{n}", {
+            "bgp": {"ipv4Address": f"192.168.{n >> 8}.{n & 255}/16"},
+            "orchRefs": [{"nodeName": f"node-{n}", "orchestrator": "k8s"}]})
+    for n in range(size.namespaces):
+        yield _v3("Profile", f"kns.ns-{n}", {
+            "ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
+            "labelsToApply": {"pcns.projectcalico.org/name": f"ns-{n}"}})
+    for n in range(size.policies):
+        yield _v3("NetworkPolicy", f"np-{n}", {
+            "tier": "default", "order": 100 + n, "selector": f"app == 'app-{n % 8}'",
+            "types": ["Ingress"], "ingress": [{"action": "Allow", "protocol": "TCP",
+                                               "destination": {"ports": [1000 + n % 60000]}}]},
+            namespace=f"ns-{n % size.namespaces}")
+    for i in range(size.pods):
+        yield endpoint(i, size)
+
+
+async def load(client: Any, cluster: str, concurrency: int = 32) -> int:
+    """Write the cluster into etcd (``tests.etcd_server.EtcdClient``); returns the count."""
+    import trio
+    objs = list(objects(cluster))
+    it = iter(objs)
+
+    async def worker() -> None:
+        for obj in it:
+            await client.put_resource(obj)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(concurrency):
+            nursery.start_soon(worker)
+    return len(objs)
+
+
+def churn(url: str, cluster: str, rate: float, seconds: float) -> int:
+    """Relabel random WorkloadEndpoints at ``rate`` writes/s (blocking; own process)."""
+    import httpx
+
+    from trio_typha.datastore import etcd_gateway as gw
+    from trio_typha.datastore.etcd_layout import object_key
+    from trio_typha.datastore.synthetic import SIZES
+    size = SIZES[cluster]
+    rng = random.Random(7)
+    writes = 0
+    interval = 1.0 / rate
+    with httpx.Client(base_url=url, trust_env=False, timeout=10.0) as http:
+        start = deadline = time.monotonic()
+        while time.monotonic() - start < seconds:
+            obj = endpoint(rng.randrange(size.pods), size)
+            obj["metadata"]["labels"][CHURN_LABEL] = str(time.time_ns())
+            value = json.dumps(obj, separators=(",", ":")).encode()
+            http.post(gw.PUT_PATH, json=gw.put_request(object_key(obj).encode(), value))
+            writes += 1
+            deadline += interval
+            pause = deadline - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+    return writes
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="churn a benchmark cluster in etcd")
+    p.add_argument("command", choices=["churn"])
+    p.add_argument("--url", required=True)
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    args = p.parse_args()
+    print(json.dumps({"writes": churn(args.url, args.cluster, args.rate, args.seconds)}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
