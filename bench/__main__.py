@@ -75,7 +75,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "rss_with_clients_mib": result.get("server_rss_with_clients_mib"),
         "in_sync_s": result.get("all_in_sync_s"),
         **{k: result[k] for k in ("baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
-                                  "client_errors") if k in result},
+                                  "server_side", "client_errors") if k in result},
     }
 
 
@@ -142,7 +142,8 @@ def run_startup(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(row: dict[str, Any]) -> str:
-    keys = [k for k, v in row.items() if v is not None and k != "client_errors"]
+    keys = [k for k, v in row.items()
+            if v is not None and k not in ("client_errors", "server_side")]
     width = max(len(k) for k in keys)
     return "\n".join(f"{k:<{width}}  {row[k]}" for k in keys)
 

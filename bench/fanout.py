@@ -103,8 +103,10 @@ class RoundLag:
     """Server-side delay: from a datastore event's receipt to the end of the broadcast
     round that wrote it (the rest of the measured delay is the clients' and the kernel's)."""
 
-    def __init__(self, feed: object) -> None:
+    def __init__(self, feed: object, pipeline: object) -> None:
         self.lags: list[float] = []
+        self.backlog: list[int] = []
+        self._pipeline = pipeline
         self.durations: list[float] = []
         self.deliveries = 0
         self._feed = feed
@@ -113,6 +115,9 @@ class RoundLag:
 
     def _on_round(self, result: object) -> None:
         now = trio.current_time()
+        # Datastore events not in the cache yet when the round ends: the cache keeping
+        # pace means this stays small, far below the decoupler's capacity.
+        self.backlog.append(self._pipeline.pending_events)
         for d in result.delivered:
             self.lags.append(now - d.crumbs[0].origin)
         self.deliveries += result.deliveries
@@ -121,7 +126,9 @@ class RoundLag:
 
     def summary(self) -> dict:
         self._feed.on_round = self._inner
-        return {"broadcast_deliveries": self.deliveries,
+        return {"broadcast_deliveries": self.deliveries, "rounds": len(self.backlog),
+                "max_backlog": max(self.backlog, default=0),
+                "decoupler_capacity": self._pipeline.channel_size,
                 "event_to_round_end": percentiles(self.lags)}
 
 
@@ -221,7 +228,7 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         cpu1 = cpu_seconds()
         wall1 = trio.current_time()
         gc_pauses = GcPauses()
-        rounds = RoundLag(daemon.pipelines[args.syncer].feed)
+        rounds = RoundLag(daemon.pipelines[args.syncer].feed, daemon.pipelines[args.syncer])
         if args.seconds > 0 and args.rate > 0:
             await cluster.churn(args.rate, args.seconds)
         result["churn_writes"] = cluster.writes

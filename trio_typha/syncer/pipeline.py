@@ -219,5 +219,10 @@ class SyncerPipeline:
                 m.breadcrumb_size.labels(syncer=self.syncer_type).observe(len(crumb.updates))
 
     @property
+    def pending_events(self) -> int:
+        """Datastore events handed over but not in the cache yet."""
+        return len(self._stamps)
+
+    @property
     def ready(self) -> bool:
         return self.feed.status is SyncStatus.IN_SYNC and not self.denied
