@@ -18,6 +18,9 @@ bootstrap_env() {
     command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
     # headless Chromium loads the demo's dashboard in tests/integration/test_demo.py
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    # deploy/: kustomize renders through kubectl; the mTLS overlay's certificates need openssl
+    command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} (apt)" >&2

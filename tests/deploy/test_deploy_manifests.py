@@ -1,0 +1,274 @@
+"""deploy/: every kustomization renders with kustomize (``kubectl kustomize``), every
+rendered object loads into the ``kubernetes`` client's models without losing a field, and
+the objects are shaped as Calico's calico-typha deployment is."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+
+from tests.deploy.deploy_render import (
+    DEPLOY,
+    ROOT,
+    by_kind,
+    container,
+    env,
+    render,
+    round_trip_losses,
+    with_certs,
+)
+from tests.e2e.harness import HANG, daemon_config, running_daemon
+from trio_typha.client.typha import TyphaClient
+from trio_typha.config import load_config
+from trio_typha.model.kv import SyncStatus
+
+# A stand-in for Calico's published calico-typha.yaml, which `just kind-up` downloads and
+# which is never committed: just the objects the kind overlay touches or must leave alone,
+# in the shape the manifest has them (written for this test).
+CALICO_STAND_IN = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: calico-node, namespace: kube-system}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: calico-typha, namespace: kube-system, labels: {k8s-app: calico-typha}}
+spec:
+  ports: [{name: calico-typha, port: 5473, protocol: TCP, targetPort: calico-typha}]
+  selector: {k8s-app: calico-typha}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: calico-node, namespace: kube-system, labels: {k8s-app: calico-node}}
+spec:
+  selector: {matchLabels: {k8s-app: calico-node}}
+  template:
+    metadata: {labels: {k8s-app: calico-node}}
+    spec:
+      hostNetwork: true
+      serviceAccountName: calico-node
+      containers:
+        - name: calico-node
+          image: quay.io/calico/node:v3.32.1
+          env:
+            - name: FELIX_TYPHAK8SSERVICENAME
+              value: calico-typha
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: calico-typha, namespace: kube-system, labels: {k8s-app: calico-typha}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {k8s-app: calico-typha}}
+  template:
+    metadata: {labels: {k8s-app: calico-typha}}
+    spec:
+      hostNetwork: true
+      serviceAccountName: calico-node
+      terminationGracePeriodSeconds: 300
+      containers:
+        - name: calico-typha
+          image: quay.io/calico/calico:v3.32.1
+          args: [component, typha]
+          ports: [{containerPort: 5473, name: calico-typha, protocol: TCP}]
+          env:
+            - {name: TYPHA_DATASTORETYPE, value: kubernetes}
+            - {name: TYPHA_HEALTHENABLED, value: "true"}
+            - {name: TYPHA_SHUTDOWNTIMEOUTSECS, value: "300"}
+          livenessProbe:
+            httpGet: {path: /liveness, port: 9098, host: localhost}
+          readinessProbe:
+            httpGet: {path: /readiness, port: 9098, host: localhost}
+"""
+
+
+def kustomizations() -> list[Path]:
+    return sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+
+
+def prepared(tmp_path: Path) -> Path:
+    """deploy/ copied, with the mTLS certificates and the kind overlay's Calico stand-in."""
+    copy = with_certs(tmp_path)
+    (copy / "overlays/kind-calico/calico-typha.yaml").write_text(CALICO_STAND_IN)
+    return copy
+
+
+def test_every_kustomization_is_covered() -> None:
+    names = {str(p.relative_to(DEPLOY)) for p in kustomizations()}
+    assert names == {"base", "rbac", "overlays/mtls", "overlays/kind-calico"}
+
+
+@pytest.mark.parametrize("where", ["base", "rbac", "overlays/mtls", "overlays/kind-calico"])
+def test_renders_and_every_object_loads_into_client_models(tmp_path: Path, where: str) -> None:
+    objs = render(prepared(tmp_path) / where)
+    assert objs
+    for obj in objs:
+        assert round_trip_losses(obj) == [], f"{obj['kind']} {obj['metadata']['name']}"
+
+
+def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
+    objs = render(DEPLOY / "base")
+    assert {o["kind"] for o in objs} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "Service", "Deployment", "PodDisruptionBudget"}
+    assert all(o["metadata"].get("namespace") == "kube-system" for o in objs
+               if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"))
+
+    svc = by_kind(objs, "Service", "calico-typha")
+    [port] = svc["spec"]["ports"]
+    assert (port["name"], port["port"], port["targetPort"]) == ("calico-typha", 5473,
+                                                                "calico-typha")
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    spec = pod["spec"]
+    assert dep["spec"]["replicas"] == 3 and spec["hostNetwork"] is True
+    [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+    c = container(dep)
+    assert c["image"] == "trio-typha:0.1.0"
+    assert {p["containerPort"]: p["name"] for p in c["ports"]}[5473] == "calico-typha"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": 9098,
+                                             "host": "localhost"}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readiness"
+    assert c["readinessProbe"]["httpGet"]["port"] == 9098
+    assert {"cpu", "memory"} <= c["resources"]["requests"].keys()
+
+    # Typha's own variables, as trio-typha reads them: every value valid, and the grace
+    # period covers the graceful shutdown.
+    variables = env(c)
+    assert variables["TYPHA_DATASTORETYPE"] == "kubernetes"
+    cfg = load_config({k: v for k, v in variables.items() if k.startswith("TYPHA_")})
+    assert cfg.health_enabled and cfg.health_port == 9098
+    assert spec["terminationGracePeriodSeconds"] >= cfg.shutdown_timeout_secs > 0
+
+    pdb = by_kind(objs, "PodDisruptionBudget", "calico-typha")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # The pod runs as the service account the role is bound to.
+    binding = by_kind(objs, "ClusterRoleBinding")
+    [subject] = binding["subjects"]
+    assert (subject["name"], subject["namespace"]) == (spec["serviceAccountName"], "kube-system")
+    assert binding["roleRef"]["name"] == by_kind(objs, "ClusterRole")["metadata"]["name"]
+    by_kind(objs, "ServiceAccount", spec["serviceAccountName"])
+
+
+def mtls_files(dep: dict[str, Any], certs: Path) -> dict[str, Path]:
+    """TYPHA_* TLS variables of the Deployment, with paths mapped from the volumes'
+    mount points to the Secrets' source files in ``certs``."""
+    spec = dep["spec"]["template"]["spec"]
+    c = container(dep)
+    secret_of = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"]}
+    mounts = {m["mountPath"]: secret_of[m["name"]] for m in c["volumeMounts"]}
+    sources = {("typha-certs", "tls.crt"): "typha-server.crt",
+               ("typha-certs", "tls.key"): "typha-server.key", ("typha-ca", "ca.crt"): "ca.crt"}
+    out = {}
+    for name in ("TYPHA_CAFILE", "TYPHA_SERVERCERTFILE", "TYPHA_SERVERKEYFILE"):
+        mount, _, key = env(c)[name].rpartition("/")
+        out[name] = certs / sources[(mounts[mount], key)]
+    return out
+
+
+def test_mtls_overlay_mounts_secrets_made_by_certs_sh(tmp_path: Path) -> None:
+    copy = prepared(tmp_path)
+    objs = render(copy / "overlays/mtls")
+    secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
+    assert set(secrets) == {"typha-certs", "node-certs", "typha-ca"}
+    assert secrets["typha-certs"]["type"] == secrets["node-certs"]["type"] == "kubernetes.io/tls"
+    assert set(secrets["typha-certs"]["data"]) == {"tls.crt", "tls.key"}
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    assert env(container(dep))["TYPHA_CLIENTCN"] == "typha-client"
+    files = mtls_files(dep, copy / "overlays/mtls/certs")
+    assert all(p.exists() for p in files.values())
+    subjects = {}
+    for who in ("typha-server", "typha-client"):
+        crt = copy / f"overlays/mtls/certs/{who}.crt"
+        verify = subprocess.run(["openssl", "verify", "-CAfile",
+                                 str(copy / "overlays/mtls/certs/ca.crt"), str(crt)],
+                                capture_output=True, text=True, check=False)
+        assert verify.returncode == 0, verify.stderr
+        subjects[who] = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
+                                        str(crt)], capture_output=True, text=True,
+                                       check=True).stdout
+    assert "CN=typha-server" in subjects["typha-server"].replace(" ", "")
+    assert "CN=typha-client" in subjects["typha-client"].replace(" ", "")
+
+
+async def test_mtls_overlay_certificates_work_with_the_daemon(tmp_path: Path) -> None:
+    """The overlay's variables and certificates, as the pod would see them: calico-node's
+    certificate (node-certs) is accepted, a certificate without CN typha-client is not."""
+    copy = await trio.to_thread.run_sync(prepared, tmp_path)
+    certs = copy / "overlays/mtls/certs"
+    objs = await trio.to_thread.run_sync(render, copy / "overlays/mtls")
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    files = mtls_files(dep, certs)
+    cfg = daemon_config({"TYPHA_CAFILE": str(files["TYPHA_CAFILE"]),
+                         "TYPHA_SERVERCERTFILE": str(files["TYPHA_SERVERCERTFILE"]),
+                         "TYPHA_SERVERKEYFILE": str(files["TYPHA_SERVERKEYFILE"]),
+                         "TYPHA_CLIENTCN": env(container(dep))["TYPHA_CLIENTCN"]},
+                        DatastoreType="memory", MemoryDemoCluster="tiny")
+
+    def felix_context(cert: str) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        ctx.load_cert_chain(str(certs / f"{cert}.crt"), str(certs / f"{cert}.key"))
+        return ctx
+
+    async with running_daemon(cfg) as daemon:
+        port = daemon.ports["server"]
+        # As Felix with FELIX_TYPHACN=typha-server: the server's certificate names it.
+        async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
+                               ssl_context=felix_context("typha-client"),
+                               server_hostname="typha-server") as client:
+            with trio.fail_after(HANG):
+                await client.wait_for_status(SyncStatus.IN_SYNC)
+            assert client.kvs
+        # The server's own certificate is from the same CA but has the wrong CN.
+        async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
+                               ssl_context=felix_context("typha-server"),
+                               server_hostname="typha-server") as client:
+            with trio.fail_after(HANG):
+                async for _event in client:
+                    pass
+            assert not client.kvs and client.status is not SyncStatus.IN_SYNC
+
+
+def test_kind_overlay_replaces_only_calicos_typha(tmp_path: Path) -> None:
+    copy = prepared(tmp_path)
+    objs = render(copy / "overlays/kind-calico")
+    original = [d for d in yaml.safe_load_all(CALICO_STAND_IN) if d]
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    spec = dep["spec"]["template"]["spec"]
+    c = container(dep)
+    assert (c["image"], c["imagePullPolicy"]) == ("trio-typha:dev", "Never")
+    assert (c["command"], c["args"]) == (["trio-typha"], ["serve"])
+    assert dep["spec"]["replicas"] == 3
+    assert spec["serviceAccountName"] == "trio-typha"
+    assert spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    # Calico's settings stay: grace period, probes, its TYPHA_* variables (merged by name).
+    assert spec["terminationGracePeriodSeconds"] == 300
+    assert env(c)["TYPHA_SHUTDOWNTIMEOUTSECS"] == "300"
+    assert env(c)["TYPHA_PROMETHEUSMETRICSENABLED"] == "true"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/liveness"
+    # Everything else is Calico's object as published, and the project's RBAC is added.
+    for obj in original:
+        if obj["kind"] != "Deployment":
+            assert by_kind(objs, obj["kind"], obj["metadata"]["name"]) == obj
+    binding = by_kind(objs, "ClusterRoleBinding", "trio-typha")
+    assert binding["subjects"][0]["name"] == "trio-typha"
+
+
+def test_calicos_manifest_and_certificates_are_never_committed() -> None:
+    for path in ("deploy/overlays/kind-calico/calico-typha.yaml",
+                 "deploy/overlays/mtls/certs/ca.key"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+        assert ignored.returncode == 0, f"{path} is not ignored by git"
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=ROOT,
+                                 capture_output=True, check=False)
+        assert tracked.returncode != 0, f"{path} is committed"
