@@ -143,9 +143,13 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
 
 
 def _list_body(kind: ServedKind, metadata: dict[str, Any], items: list[Stored]) -> bytes:
+    """A list as kube-apiserver sends it: a built-in kind's items carry no ``apiVersion`` or
+    ``kind`` (typed lists); a custom resource's do (unstructured lists keep them).  Watch
+    event objects carry them either way."""
+    encoded = (s.list_item if kind.builtin else s.raw for s in items)
     return b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[%s]}' % (
         kind.list_kind.encode(), kind.api_version.encode(), encode_json(metadata),
-        b",".join(s.raw for s in items))
+        b",".join(encoded))
 
 
 class Api:
@@ -153,8 +157,16 @@ class Api:
 
     def __init__(self, store: Store, surface: ApiSurface, *, token: str | None = None,
                  user: str = DEFAULT_USER, enforce_namespaces: bool = True,
-                 default_watch_timeout: float = 1800.0) -> None:
+                 default_watch_timeout: float = 1800.0,
+                 cache_pagination: bool = False) -> None:
         self.store = store
+        #: whether lists served from the watch cache honour ``limit`` (kube-apiserver 1.34+
+        #: with ListFromCacheSnapshot); otherwise such lists come whole, as before
+        self.cache_pagination = cache_pagination
+        #: how many lists each layer served: "cache" (the watch cache: resourceVersion=0 or
+        #: NotOlderThan) or "storage" (a quorum read of etcd: paginated consistent lists,
+        #: exact revisions, continuations)
+        self.list_reads: dict[str, int] = {"cache": 0, "storage": 0}
         self.surface = surface
         self.token = token  # when set, requests must carry "Authorization: Bearer <token>"
         self.user = user
@@ -350,6 +362,13 @@ class Api:
                 revision = requested
             elif requested > store.revision:
                 raise too_large_resource_version(requested, store.revision)
+        # Where kube-apiserver serves it from (storage/cacher/delegator.go): a list with
+        # any resourceVersion but Exact (legacy or not) comes from the watch cache, at its
+        # latest revision, whole unless the cache can paginate; the rest read etcd.
+        from_cache = not token and rv != "" and revision is None
+        self.list_reads["cache" if from_cache else "storage"] += 1
+        if from_cache and not self.cache_pagination:
+            limit = 0
         page = store.list(route.kind, route.namespace, revision=revision, after=after,
                           limit=limit, match=match)
         metadata: dict[str, Any] = {"resourceVersion": str(page.revision)}

@@ -46,6 +46,9 @@ class ApiServer:
         revisions answer 410.
       bookmark_interval: seconds between BOOKMARK events on watches that allow them.
       default_watch_timeout: watch length when the client sends no ``timeoutSeconds``.
+      cache_pagination: lists served from the watch cache (``resourceVersion=0`` or
+        ``NotOlderThan``) honour ``limit`` as on kube-apiserver 1.34+; by default they
+        come whole, as on earlier versions (see :attr:`Api.list_reads`).
       token / require_token: the bearer token written to kubeconfigs, and whether
         requests without it get 401.
       enforce_namespaces: creating into a missing namespace is 404 (as with the real
@@ -60,6 +63,7 @@ class ApiServer:
     def __init__(self, *, calico_groups: Sequence[str] = (CALICO_CRD_GROUP,),
                  cluster_network_policy: bool = False, history_size: int = 10_000,
                  bookmark_interval: float = 10.0, default_watch_timeout: float = 1800.0,
+                 cache_pagination: bool = False,
                  token: str = DEFAULT_TOKEN, require_token: bool = False,
                  user: str = DEFAULT_USER, enforce_namespaces: bool = True,
                  default_namespaces: bool = True, ssl_context: ssl.SSLContext | None = None,
@@ -69,7 +73,8 @@ class ApiServer:
         self.store = Store(history_size=history_size)
         self.api = Api(self.store, self.surface, token=token if require_token else None,
                        user=user, enforce_namespaces=enforce_namespaces,
-                       default_watch_timeout=default_watch_timeout)
+                       default_watch_timeout=default_watch_timeout,
+                       cache_pagination=cache_pagination)
         self.token = token
         self.bookmark_interval = bookmark_interval
         self.ssl_context = ssl_context

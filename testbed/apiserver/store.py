@@ -52,12 +52,13 @@ def encode_json(obj: Any) -> bytes:
 class Stored:
     """One version of one object, with its JSON and watch-event lines memoised."""
 
-    __slots__ = ("_lines", "_raw", "obj", "rev")
+    __slots__ = ("_item", "_lines", "_raw", "obj", "rev")
 
     def __init__(self, obj: dict[str, Any], rev: int) -> None:
         self.obj = obj
         self.rev = rev
         self._raw: bytes | None = None
+        self._item: bytes | None = None
         self._lines: dict[str, bytes] | None = None
 
     @property
@@ -65,6 +66,15 @@ class Stored:
         if self._raw is None:
             self._raw = encode_json(self.obj)
         return self._raw
+
+    @property
+    def list_item(self) -> bytes:
+        """The JSON without ``apiVersion``/``kind``: how kube-apiserver encodes the items of
+        a built-in kind's list (a typed ``PodList`` item carries no TypeMeta)."""
+        if self._item is None:
+            self._item = encode_json({k: v for k, v in self.obj.items()
+                                      if k not in ("apiVersion", "kind")})
+        return self._item
 
     def event_line(self, event_type: str) -> bytes:
         """``{"type":..,"object":..}`` plus newline, encoded once per type."""

@@ -24,7 +24,8 @@ import pytest
 import trio
 import trustme
 
-from testbed.apiserver import ApiServer, Request, open_apiserver
+from testbed.apiserver import ApiServer, Request, Response, open_apiserver
+from testbed.apiserver.status import internal_error
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.k8s_api import KubeApi, resource_path
 from trio_typha.datastore.k8s_config import KubeClientConfig, load_kube_client_config
@@ -75,8 +76,9 @@ class RequestLog:
 
 @pytest.fixture
 async def server() -> AsyncIterator[ApiServer]:
+    # A watch cache that paginates (kube-apiserver 1.34+), so lists come in pages.
     async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
-                              bookmark_interval=3600) as srv:
+                              bookmark_interval=3600, cache_pagination=True) as srv:
         yield srv
 
 
@@ -140,7 +142,11 @@ async def test_paginated_list_then_watch_changes(server: ApiServer) -> None:
         assert first.obj["spec"] == seeded[0]["spec"]
         pages = log.lists(K.POD)
         assert [q.get("limit") for q in pages] == ["3", "3", "3"]
-        assert "continue" not in pages[0] and all("continue" in q for q in pages[1:])
+        # As Go Typha (client-go's pager): the first page from the watch cache, the rest by
+        # continue token alone.
+        assert pages[0] == {"limit": "3", "resourceVersion": "0",
+                            "resourceVersionMatch": "NotOlderThan"}
+        assert all(q.keys() == {"limit", "continue"} for q in pages[1:])
         await log.watch_from(K.POD, server.store.revision)
         watch = log.watches(K.POD)[0]
         assert watch["allowWatchBookmarks"] == "true" and int(watch["timeoutSeconds"]) >= 300
@@ -265,6 +271,9 @@ async def test_410_on_a_continue_token_falls_back_to_one_full_list(server: ApiSe
         assert summary(events[5]) == ("synced", "pods")
         assert [(q.get("limit"), "continue" in q) for q in log.lists(K.POD)] == [
             ("3", False), ("3", True), (None, False)]
+        # The full list asks again for what the first page did (client-go's pager).
+        assert log.lists(K.POD)[2] == {"resourceVersion": "0",
+                                       "resourceVersionMatch": "NotOlderThan"}
 
 
 async def test_forbidden_list_reports_then_recovers(server: ApiServer) -> None:
@@ -467,3 +476,39 @@ async def test_from_environment_inside_trio() -> None:
     # Discovery would block the loop: refused with a clear error.
     with pytest.raises(RuntimeError, match="set CALICO_API_GROUP"):
         KubernetesDatastore.from_environment({"K8S_API_ENDPOINT": "http://127.0.0.1:9"})
+
+
+async def test_lists_are_served_from_the_watch_cache_whole_where_it_cannot_paginate() -> None:
+    """kube-apiserver before 1.34 serves ``resourceVersion=0`` lists from its watch cache and
+    ignores ``limit`` there; a ``limit`` alone would be a quorum read of etcd per page."""
+    async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
+                              bookmark_interval=3600) as server:
+        log = RequestLog(server)
+        for i in range(7):
+            server.store.create(K.POD, pod(f"p{i}"))
+        async with watching(server, [K.POD]) as recv:
+            assert len(await take(recv, 8)) == 8
+            assert log.lists(K.POD) == [{"limit": "3", "resourceVersion": "0",
+                                         "resourceVersionMatch": "NotOlderThan"}]
+        assert server.api.list_reads["storage"] == 0
+
+
+async def test_relist_after_repeated_watch_failures_asks_for_no_older_state(
+        server: ApiServer) -> None:
+    """Calico's watcher cache relists from its current revision after too many failed
+    watches (NotOlderThan it), and from "0" only after a 410."""
+    a = server.store.create(K.POD, pod("a"))
+    handle = server.api.handle
+
+    def failing_watches(request: Request) -> Any:
+        if "watch=true" in request.target:
+            return Response.error(internal_error("etcd is having a bad day"))
+        return handle(request)
+
+    server.api.handle = failing_watches  # type: ignore[method-assign]
+    log = RequestLog(server)
+    tuning = WatchTuning(page_size=3, min_watch_interval=0.001, backoff_initial=0.001,
+                         backoff_max=0.002, max_errors_per_revision=2)
+    async with watching(server, [K.POD], tuning=tuning):
+        await log.wait_until(lambda: len(log.lists(K.POD)) >= 2)
+    assert log.lists(K.POD)[1]["resourceVersion"] == rv(a)

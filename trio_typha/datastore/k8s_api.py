@@ -141,13 +141,23 @@ class KubeApi:
         return doc
 
     async def list_page(self, kind: ResourceKind, *, limit: int | None,
-                        continue_token: str | None = None) -> dict[str, Any]:
-        """One page of ``kind``'s list (``limit`` None: everything at once)."""
+                        continue_token: str | None = None,
+                        resource_version: str = "0") -> dict[str, Any]:
+        """One page of ``kind``'s list (``limit`` None: everything at once).
+
+        As Calico's paged list (client-go's pager): the first page asks for
+        ``resource_version`` with ``resourceVersionMatch=NotOlderThan`` ("0": any), which
+        kube-apiserver serves from its watch cache rather than a quorum read of etcd (whole,
+        where the cache cannot paginate); continuation pages send only the token.
+        """
         params: dict[str, str] = {}
         if limit:
             params["limit"] = str(limit)
         if continue_token:
             params["continue"] = continue_token
+        else:
+            params["resourceVersion"] = resource_version
+            params["resourceVersionMatch"] = "NotOlderThan"
         return await self.get_json(resource_path(kind), params)
 
     async def served_groups(self) -> set[str]:

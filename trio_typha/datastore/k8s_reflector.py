@@ -31,6 +31,9 @@ class KindReflector:
         self.kind = kind
         self.known = KnownObjects(kind)
         self.resume_rv: str | None = None  # None: list before watching
+        #: the resourceVersion a (re)list asks for, NotOlderThan: "0" (anything) at first
+        #: and after a 410, otherwise the last one seen, as Calico's watcher cache does
+        self.list_rv = "0"
         self.synced = False
 
     def listed(self, items: Iterable[Mapping[str, Any]], list_rv: str) -> list[DatastoreEvent]:
@@ -47,8 +50,10 @@ class KindReflector:
         self.resume_rv = None
         return events + self._mark_synced()
 
-    def expire(self) -> None:
-        """The resume point is gone (410): the next step is a full list."""
+    def expire(self, *, gone: bool = True) -> None:
+        """The next step is a full list: the resume point is gone (410, ``gone``), or the
+        watch keeps failing there (the list then asks for no older state than it)."""
+        self.list_rv = "0" if gone or self.resume_rv is None else self.resume_rv
         self.resume_rv = None
 
     def watched(self, event: WatchEvent) -> list[DatastoreEvent]:

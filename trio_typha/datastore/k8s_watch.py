@@ -105,6 +105,8 @@ class KindWatcher:
             if exc.http_status == 404:
                 await self._not_served()
             else:
+                if exc.expired:  # the revision asked for is gone (or too new): any will do
+                    self.reflector.list_rv = "0"
                 await self._failed("list", exc)
             return
         except _TRANSIENT as exc:
@@ -128,9 +130,11 @@ class KindWatcher:
         items: list[dict[str, Any]] = []
         token: str | None = None
         limit: int | None = self.tuning.page_size
+        rv = self.reflector.list_rv
         while True:
             try:
-                page = await self.api.list_page(self.kind, limit=limit, continue_token=token)
+                page = await self.api.list_page(self.kind, limit=limit, continue_token=token,
+                                                resource_version=rv)
             except ApiError as exc:
                 if not (exc.expired and token is not None):
                     raise
@@ -227,7 +231,7 @@ class KindWatcher:
             log.warning("Watch of %s failed %d times at resourceVersion %s (%s); relisting",
                         self.kind, self._errors_at_rv, start_rv, _brief(error))
             self._errors_at_rv = 0
-            self.reflector.expire()
+            self.reflector.expire(gone=False)
         else:
             log.info("Watch of %s failed (%s); retrying", self.kind, _brief(error))
         await trio.sleep(self._backoff.next_delay())
