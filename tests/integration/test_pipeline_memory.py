@@ -12,7 +12,7 @@ from trio_typha.model.syncers import ConvertedKV, SyncerDefinition
 from trio_typha.syncer.pipeline import SyncerPipeline
 
 
-def convert(kind, obj):
+def convert(kind, obj, *, key=None):
     md = obj["metadata"]
     return [ConvertedKV(f"/{kind.plural}/{md.get('namespace', '')}/{md['name']}",
                         str(obj.get("spec")).encode())]

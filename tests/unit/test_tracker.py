@@ -9,7 +9,7 @@ from trio_typha.model.syncers import ConvertedKV, SyncerDefinition
 from trio_typha.syncer.tracker import SourceTracker
 
 
-def convert(kind, obj):
+def convert(kind, obj, *, key=None):
     if obj.get("boom"):
         raise ValueError("bad object")
     return [ConvertedKV(f"/k/{k}", v.encode()) for k, v in obj["keys"].items()]
@@ -32,10 +32,11 @@ def test_new_updated_deleted_derived_keys() -> None:
     assert {(u.key, u.update_type, u.value) for u in second} == {
         ("/k/a", UpdateType.UPDATED, b"2"), ("/k/c", UpdateType.NEW, b"1"),
         ("/k/b", UpdateType.DELETED, None)}
-    assert all(u.revision == "2" for u in second)
+    # Go Typha: updates carry the object's revision, every deletion Revision "".
+    assert {u.key: u.revision for u in second} == {"/k/a": "2", "/k/c": "2", "/k/b": ""}
     gone = t.apply(ev(None, "3"))
-    assert {(u.key, u.update_type) for u in gone} == {("/k/a", UpdateType.DELETED),
-                                                      ("/k/c", UpdateType.DELETED)}
+    assert {(u.key, u.update_type, u.revision) for u in gone} == {
+        ("/k/a", UpdateType.DELETED, ""), ("/k/c", UpdateType.DELETED, "")}
     assert len(t) == 0
 
 

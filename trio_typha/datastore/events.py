@@ -21,6 +21,9 @@ class ResourceEvent:
     name: str
     obj: Mapping[str, Any] | None  # None: the object is gone
     revision: str
+    #: it came from a watch event rather than a list (KDD profiles differ, see
+    #: :meth:`~trio_typha.model.syncers.SyncerDefinition.watched_v3_resource_version`)
+    watched: bool = False
 
     @property
     def deleted(self) -> bool:

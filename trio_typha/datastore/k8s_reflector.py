@@ -69,7 +69,7 @@ class KindReflector:
         if event.type == "DELETED":
             ev: ResourceEvent | None = self.known.delete(ns, name, rev)
         else:
-            ev = self.known.upsert(ns, name, self.complete(event.object), rev)
+            ev = self.known.upsert(ns, name, self.complete(event.object), rev, watched=True)
         self.resume_rv = rev
         return [] if ev is None else [ev]
 

@@ -168,6 +168,9 @@ NAMESPACED_RESOURCE_KINDS = frozenset({
 })
 
 
+RESOURCE_KEY_PREFIX = "/calico/resources/v3/projectcalico.org/"
+
+
 def resource_key(kind: str, name: str, namespace: str = "") -> str:
     """v3 ``ResourceKey``: ``/calico/resources/v3/projectcalico.org/<plural>/[<ns>/]<name>``
     (segments raw)."""

@@ -38,12 +38,13 @@ def encode_v3(schema: Struct, obj: Mapping[str, Any], *,
 
 
 def resource_kv(kind: str, obj: Mapping[str, Any], *, key_name: str | None = None,
-                schema: str | None = None,
+                key_namespace: str | None = None, schema: str | None = None,
                 stamp: bool = True) -> tuple[str, bytes, str]:
     """(key, value, V3ResourceVersion) of a Calico v3 passthrough object of ``kind``
-    (``key_name`` defaults to the object's name; ``schema`` to ``kind``)."""
+    (``key_name``/``key_namespace`` default to the object's own; ``schema`` to ``kind``)."""
     md = obj.get("metadata") or {}
     name = key_name if key_name is not None else md.get("name") or ""
-    key = keys.resource_key(kind, name, md.get("namespace") or "")
+    namespace = key_namespace if key_namespace is not None else md.get("namespace") or ""
+    key = keys.resource_key(kind, name, namespace)
     value, rv = encode_v3(ROOTS[schema or kind], obj, stamp_kind=kind if stamp else None)
     return key, value, rv

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from . import kinds as K
 from .crd import crd_to_v3
 from .endpoints import host_endpoint_kvs, workload_endpoint_kvs
 from .felix_config import config_kvs
 from .ipam import block_affinity_kvs, etcd_v1_kvs, ip_pool_kvs, ipam_block_kvs, is_etcd_v1_object
+from .keys import RESOURCE_KEY_PREFIX
 from .kinds import ResourceKind
 from .netsets import global_network_set_kvs, network_set_kvs
 from .nodes import felix_node_kvs
@@ -48,11 +49,16 @@ class ConvertedKV:
     v3_resource_version: str = ""
 
 
+class Converter(Protocol):
+    def __call__(self, kind: ResourceKind, obj: Mapping[str, Any], *,
+                 key: tuple[str, str] | None = None) -> list[ConvertedKV]: ...
+
+
 @dataclass(frozen=True)
 class SyncerDefinition:
     syncer_type: str
     kinds: tuple[ResourceKind, ...]
-    convert: Callable[[ResourceKind, Mapping[str, Any]], list[ConvertedKV]]
+    convert: Converter
     static_kvs: tuple[ConvertedKV, ...] = ()
     #: Revision of the static KVs: Calico's in-memory default-allow profile is revision "1".
     static_revision: str = "1"
@@ -68,6 +74,21 @@ class SyncerDefinition:
         if kind == K.SERVICE_ACCOUNT:
             return f"/{revision}"
         return revision
+
+    def watched_v3_resource_version(self, kind: ResourceKind, key: str,
+                                    v3_resource_version: str) -> str:
+        """The V3ResourceVersion Typha sends for the KV ``key`` derived from a *watched*
+        object.
+
+        Calico's KDD profile watcher stamps each Profile it derives from a Namespace or
+        ServiceAccount event with the joined resourceVersions of the profiles it saw last,
+        which the conversion left empty: ``"/"`` (a listed profile keeps ``""``).  Only the
+        v3 Profile value carries a resourceVersion, so only its KV changes.
+        """
+        if (kind in (K.NAMESPACE, K.SERVICE_ACCOUNT) and v3_resource_version == ""
+                and key.startswith(RESOURCE_KEY_PREFIX)):
+            return "/"
+        return v3_resource_version
 
 
 DEFAULT_ALLOW_PROFILE_NAME = "projectcalico-default-allow"
@@ -133,9 +154,13 @@ class _Converter:
         self.use_pod_cidr = use_pod_cidr
         self.interface_prefix = interface_prefix
 
-    def __call__(self, kind: ResourceKind, obj: Mapping[str, Any]) -> list[ConvertedKV]:
+    def __call__(self, kind: ResourceKind, obj: Mapping[str, Any], *,
+                 key: tuple[str, str] | None = None) -> list[ConvertedKV]:
+        """Every KV of ``obj``; ``key`` is the ``(namespace, name)`` the datastore stores it
+        under, which in etcd mode names the resource whatever its ``metadata`` says (as
+        Calico's etcdv3 backend parses the ResourceKey from the etcd key)."""
         try:
-            triples = self._convert(kind, obj)
+            triples = self._convert(kind, obj, key)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             # ValueError covers GoJSONError, SelectorError, CRD and Kubernetes conversion
             # errors; the others come from objects of the wrong shape altogether.
@@ -147,8 +172,8 @@ class _Converter:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def _convert(self, kind: ResourceKind, obj: Mapping[str, Any]
-                 ) -> list[tuple[str, bytes, str]]:
+    def _convert(self, kind: ResourceKind, obj: Mapping[str, Any],
+                 key: tuple[str, str] | None) -> list[tuple[str, bytes, str]]:
         if kind.group in (K.CALICO_V3_GROUP, K.CALICO_CRD_GROUP):
             if (self.mode is DatastoreMode.ETCD and kind.kind in _ETCD_V1_LAYOUT
                     and is_etcd_v1_object(obj)):
@@ -163,6 +188,11 @@ class _Converter:
                 v3.setdefault("kind", kind.kind)
                 v3.setdefault("apiVersion", "projectcalico.org/v3")
                 key_name = (obj.get("metadata") or {}).get("name") or ""
+            if self.mode is DatastoreMode.ETCD and key is not None:
+                # The etcd key names the resource; v3 values still go out as stored.
+                namespace, key_name = key
+                return self._calico(kind.kind, key_name, _named(v3, namespace, key_name),
+                                    body=v3)
             return self._calico(kind.kind, key_name, v3)
         return self._kubernetes(kind, obj)
 
@@ -197,26 +227,32 @@ class _Converter:
                                 schema="EndpointSlice", stamp=False)]
         return []
 
-    def _node(self, node: Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
+    def _node(self, node: Mapping[str, Any], body: Mapping[str, Any] | None = None
+              ) -> list[tuple[str, bytes, str]]:
         if self.syncer_type == "felix":
             return felix_node_kvs(node, use_pod_cidr=self.use_pod_cidr)
-        return [resource_kv("Node", node)]
+        name = (node.get("metadata") or {}).get("name") or ""
+        return [resource_kv("Node", node if body is None else body, key_name=name)]
 
-    def _calico(self, kind: str, key_name: str, obj: Mapping[str, Any]
-                ) -> list[tuple[str, bytes, str]]:
+    def _calico(self, kind: str, key_name: str, obj: Mapping[str, Any],
+                body: Mapping[str, Any] | None = None) -> list[tuple[str, bytes, str]]:
+        """KVs of the v3 ``obj`` named ``key_name``; ``body`` (default ``obj``) is what the
+        kinds sent as v3 resources carry as their value."""
         felix = self.syncer_type == "felix"
+        value = obj if body is None else body
         if kind == "IPPool":
             return _no_rv(ip_pool_kvs(obj))
         if kind == "Node":
-            return self._node(obj)
+            return self._node(obj, value)
         if kind in _PASSTHROUGH:
-            return [resource_kv(kind, obj, key_name=key_name)]
+            namespace = (obj.get("metadata") or {}).get("namespace") or ""
+            return [resource_kv(kind, value, key_name=key_name, key_namespace=namespace)]
         if kind == "BlockAffinity":
             return _no_rv(block_affinity_kvs(obj))
         if not felix:
             return []
         if kind in ("ClusterInformation", "FelixConfiguration"):
-            return config_kvs(kind, key_name, obj)
+            return config_kvs(kind, key_name, value)
         if kind in ("GlobalNetworkPolicy", "StagedGlobalNetworkPolicy", "NetworkPolicy",
                     "StagedNetworkPolicy"):
             return _no_rv(policy_kvs(kind, key_name, obj))
@@ -236,12 +272,24 @@ class _Converter:
         if kind == "HostEndpoint":
             return _no_rv(host_endpoint_kvs(obj))
         if kind == "Profile":
-            return profile_kvs(key_name, obj)
+            return profile_kvs(key_name, value)
         if kind == "WorkloadEndpoint":
             return _no_rv(workload_endpoint_kvs(obj))
         if kind == "IPAMBlock":
             return _no_rv(ipam_block_kvs(obj))
         return []
+
+
+def _named(obj: Mapping[str, Any], namespace: str, name: str) -> Mapping[str, Any]:
+    """``obj`` with ``metadata.name``/``namespace`` set to the datastore key's."""
+    md = obj.get("metadata") or {}
+    if md.get("name") == name and (md.get("namespace") or "") == namespace:
+        return obj
+    named = {k: v for k, v in md.items() if k != "namespace"}
+    named["name"] = name
+    if namespace:
+        named["namespace"] = namespace
+    return {**obj, "metadata": named}
 
 
 def _no_rv(kvs: list[tuple[str, bytes]]) -> list[tuple[str, bytes, str]]:

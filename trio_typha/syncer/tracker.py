@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 SourceKey = tuple[ResourceKind, str, str]  # kind, namespace, name
 
 
+def _as_listed(kind: ResourceKind, key: str, v3_resource_version: str) -> str:
+    return v3_resource_version
+
+
 class SourceTracker:
     """Per syncer type: the derived keys of every source object seen so far."""
 
@@ -45,7 +49,8 @@ class SourceTracker:
         new: dict[str, ConvertedKV] = {}
         if event.obj is not None:
             try:
-                converted = self.definition.convert(event.kind, event.obj)
+                converted = self.definition.convert(event.kind, event.obj,
+                                                    key=(event.namespace, event.name))
             except Exception as exc:  # a bad object must not stop the pipeline
                 self.conversion_errors += 1
                 log.warning("Failed to convert %s %s/%s for the %s syncer, treating it as "
@@ -55,13 +60,17 @@ class SourceTracker:
             for kv in converted:
                 new[kv.key] = kv
         revision = self.definition.source_revision(event.kind, event.revision)
+        v3rv = (self.definition.watched_v3_resource_version if event.watched
+                else _as_listed)
         updates = [
-            SerializedUpdate(key, kv.value, revision, kv.v3_resource_version,
+            SerializedUpdate(key, kv.value, revision,
+                             v3rv(event.kind, key, kv.v3_resource_version),
                              update_type=UpdateType.UPDATED if key in old else UpdateType.NEW)
             for key, kv in new.items()
         ]
+        # Deletions carry no revision: Calico's watcher cache sends a deleted key alone.
         updates.extend(
-            SerializedUpdate(key, None, revision, update_type=UpdateType.DELETED)
+            SerializedUpdate(key, None, "", update_type=UpdateType.DELETED)
             for key in old if key not in new
         )
         if new:

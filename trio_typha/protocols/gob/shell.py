@@ -34,6 +34,7 @@ from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, State
 from ...server.context import ServerContext
+from ..hello import log_hello
 from . import encode_once
 from .gotime import GoTime
 from .session import (
@@ -201,6 +202,9 @@ class _GobConnection:
                 self._metrics().ping_latency.observe(self.session.last_rtt)
         hello = self.session.hello
         if hello is not None and not self.info.syncer_type:
+            log_hello(log, "typha", self.peer, self.conn_id, hostname=hello.hostname,
+                      syncer_type=hello.syncer_type, version=hello.version, info=hello.info,
+                      compression="snappy" if self.session.compressed else "")
             self.info.hostname = hello.hostname
             self.info.syncer_type = self.session.syncer_type
             self.info.client_version = hello.version

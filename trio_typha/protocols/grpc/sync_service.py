@@ -28,6 +28,7 @@ from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, Session, State
 from ...server.context import ServerContext
+from ..hello import log_hello
 from . import encode_once
 from .session import SyncSession
 from .status import GrpcError, StatusCode
@@ -104,9 +105,10 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
                               hostname=start.hostname, client_version=start.version,
                               cancel_scope=stream.cancel_scope, feed=feed,
                               state=State.SNAPSHOT) as info:
-        log.info("gRPC sync session %#x from %s: hostname=%r syncer=%s client version=%r "
-                 "info=%r", info.id, conn.peer, start.hostname, start.syncer_type,
-                 start.version, start.info)
+        # The Sync stream's messages are not compressed (grpc-encoding identity).
+        log_hello(log, "grpc", conn.peer, info.id, hostname=start.hostname,
+                  syncer_type=start.syncer_type, version=start.version, info=start.info,
+                  compression="")
         streaming = False
         try:
             async with trio.open_nursery() as nursery:
