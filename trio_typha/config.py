@@ -240,6 +240,10 @@ class Config:
         fallback=120.0)
     server_port: int = param("ServerPort", _int(0, 65535), 0, "listen port (0 means 5473)")
     server_host: str = param("ServerHost", _host, "", "listen address (empty: all)")
+    server_workers: int = param(
+        "ServerWorkers", _int(1, 64), 1, "processes serving the port: this one (which owns "
+        "the datastore watch and the caches) plus ServerWorkers-1 workers fed from it",
+        own=True)
     server_key_file: str = param("ServerKeyFile", _file_must_exist, "", "server TLS key")
     server_cert_file: str = param("ServerCertFile", _file_must_exist, "",
                                   "server TLS certificate")

@@ -40,6 +40,13 @@ from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, t
 from .server.settings import ServerSettings
 from .server.tls import ServerTLS
 from .server.tls_diagnosis import FailureLog
+from .server.workers import (
+    ReplicaPipeline,
+    Upstream,
+    WorkerPool,
+    aggregate_exposition,
+    open_reuse_port_listener,
+)
 from .syncer.pipeline import SyncerPipeline
 
 log = logging.getLogger(__name__)
@@ -81,9 +88,12 @@ class Daemon:
     def __init__(self, cfg: Config, *, store: MemoryStore | None = None,
                  datastore: Datastore | None = None, handle_signals: bool = False,
                  syncer_types: tuple[str, ...] = SYNCER_TYPES,
-                 listen_port: int | None = None) -> None:
+                 listen_port: int | None = None, upstream: str | None = None,
+                 reuse_port: bool = False) -> None:
         """``listen_port`` overrides the configured port; 0 picks a free one (tests, benches):
-        in Typha's own config, ServerPort 0 means 5473."""
+        in Typha's own config, ServerPort 0 means 5473.  ``upstream`` makes this a
+        ServerWorkers worker: its caches follow the primary at that Unix socket instead of
+        a datastore (see :mod:`.server.workers`)."""
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
         self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled)
@@ -91,6 +101,11 @@ class Daemon:
         self.health = Health()
         self.handle_signals = handle_signals
         self.syncer_types = syncer_types
+        self.upstream = upstream
+        self.reuse_port = reuse_port or cfg.server_workers > 1
+        self.workers: WorkerPool | None = None
+        if upstream is not None:
+            datastore = Upstream(upstream)  # type: ignore[assignment]
         if store is None and datastore is None and cfg.datastore_type == "memory":
             store = MemoryStore()
             load_memory_contents(store, cfg)
@@ -107,7 +122,7 @@ class Daemon:
         #: Server TLS (re-read on change); built now so a bad file fails start-up at once.
         self.tls = (ServerTLS(cfg.server_cert_file, cfg.server_key_file, cfg.ca_file)
                     if cfg.tls_enabled else None)
-        self.pipelines: dict[str, SyncerPipeline] = {}
+        self.pipelines: dict[str, SyncerPipeline | ReplicaPipeline] = {}
         self.ctx: ServerContext | None = None
         self.connections = ConnectionRegistry(active=self.metrics.connections_active,
                                               accepted=self.metrics.connections_accepted)
@@ -127,7 +142,7 @@ class Daemon:
 
     # -- readiness --------------------------------------------------------------------------
 
-    def _cache_report(self, pipeline: SyncerPipeline) -> Report:
+    def _cache_report(self, pipeline: SyncerPipeline | ReplicaPipeline) -> Report:
         status = pipeline.feed.status
         detail = "" if status is SyncStatus.IN_SYNC else f"syncer status {status.name}"
         if pipeline.failing:
@@ -195,17 +210,23 @@ class Daemon:
                 await nursery.start(feed.run_broadcast)
             log.info("Starting the datastore Syncer/cache layer")
             for syncer_type, feed in feeds.items():
-                definition = syncer_definition(
-                    syncer_type, **self._definition_args,
-                    felix_interface_prefix=os.environ.get("FELIX_INTERFACEPREFIX"))
-                pipeline = SyncerPipeline(definition, self.datastore, feed,
-                                          validator=validator, metrics=self.metrics)
+                pipeline: SyncerPipeline | ReplicaPipeline
+                if self.upstream is not None:
+                    pipeline = ReplicaPipeline(syncer_type, feed, self.upstream)
+                else:
+                    definition = syncer_definition(
+                        syncer_type, **self._definition_args,
+                        felix_interface_prefix=os.environ.get("FELIX_INTERFACEPREFIX"))
+                    pipeline = SyncerPipeline(definition, self.datastore, feed,
+                                              validator=validator, metrics=self.metrics)
                 self.pipelines[syncer_type] = pipeline
                 self.health.register(f"{syncer_type}-cache",
                                      lambda p=pipeline: self._cache_report(p))
                 await nursery.start(pipeline.run)
             self.health.register("SyncServer", self._server_report)
             await nursery.start(self._serve_sync)
+            if cfg.server_workers > 1 and self.upstream is None:
+                await nursery.start(self._run_workers)
             self.governor = Governor(
                 self.connections, limit=cfg.effective("MaxConnectionsUpperLimit"),
                 interval=cfg.effective("ConnectionDropIntervalSecs"),
@@ -236,14 +257,17 @@ class Daemon:
                 log.info("Prometheus metrics enabled. Starting server. port=%d",
                          cfg.prometheus_metrics_port)
                 listeners = await nursery.start(serve_http, cfg.prometheus_metrics_host,
-                                                cfg.prometheus_metrics_port, self.metrics.handle)
+                                                cfg.prometheus_metrics_port, self._metrics_http)
                 self.ports["metrics"] = listeners[0].socket.getsockname()[1]
             if self.store is not None and cfg.memory_churn_rate > 0:
                 from .datastore.churn import Churn
                 await nursery.start(Churn(self.store, cfg.memory_churn_rate).run)
             task_status.started(self)
             await self._shutdown.wait()
-            await self._drain()
+            async with trio.open_nursery() as draining:
+                if self.workers is not None:
+                    draining.start_soon(self.workers.stop)
+                draining.start_soon(self._drain)
             nursery.cancel_scope.cancel()
         aclose = getattr(self.datastore, "aclose", None)
         with trio.CancelScope(shield=True):
@@ -258,10 +282,60 @@ class Daemon:
         if path == "/connections":
             from .observe.connections import connections_document
             replica = f"{socket.gethostname()}:{self.ports.get('server', self.listen_port)}"
+            rows = self.connections.snapshot()
+            if self.workers is not None:
+                rows = [*rows, *self.workers.connection_rows()]
             return 200, "application/json", connections_document(
-                replica, self.connections.snapshot(), version=BUILD_VERSION,
+                replica, rows, version=BUILD_VERSION,
                 limit=self.governor.limit if self.governor is not None else None)
         return self.health.handle(path)
+
+    def _metrics_http(self, path: str) -> tuple[int, str, bytes] | None:
+        answer = self.metrics.handle(path)
+        if answer is None or self.workers is None:
+            return answer
+        code, ctype, body = answer
+        return code, ctype, aggregate_exposition(
+            body.decode(), self.workers.metrics_texts()).encode()
+
+    async def _run_workers(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """ServerWorkers > 1: the private feed for the workers, then the workers."""
+        import tempfile
+
+        from .protocols.grpc.shell import serve_h2_connection
+        cfg = self.config
+        assert self.ctx is not None
+        count = cfg.server_workers - 1
+        # The workers' own feed: a context of its own, so they are no client connections.
+        upstream_ctx = ServerContext(feeds=self.ctx.feeds, settings=self.settings,
+                                     version=BUILD_VERSION)
+        with tempfile.TemporaryDirectory(prefix="trio-typha-") as tmp:
+            path = os.path.join(tmp, "primary.sock")
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            await sock.bind(path)
+            sock.listen(socket.SOMAXCONN)
+            worker_cfg = cfg.replace(
+                server_workers=1, connection_rebalancing_mode="none",
+                health_enabled=True, health_host="127.0.0.1", health_port=0,
+                prometheus_metrics_enabled=True, prometheus_metrics_host="127.0.0.1",
+                prometheus_metrics_port=0,
+                max_connections_upper_limit=max(
+                    1, -(-cfg.effective("MaxConnectionsUpperLimit") // cfg.server_workers)),
+                max_connections_lower_limit=1)
+            self.workers = WorkerPool(worker_cfg, count=count, upstream=path,
+                                      port=self.ports["server"])
+            self.health.register("workers", lambda: Report(
+                live=True, ready=self.workers is not None and self.workers.ready,
+                detail=self.workers.detail() if self.workers is not None else ""))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(
+                    trio.serve_listeners,
+                    lambda stream: serve_h2_connection(stream, upstream_ctx, peer="worker"),
+                    [trio.SocketListener(sock)]))
+                log.info("Starting %d worker process(es) on port %d", count,
+                         self.ports["server"])
+                await nursery.start(self.workers.run)
+                task_status.started()
 
     async def _live_feed(self, ws: Any) -> None:
         """``/feed`` on the health port: this replica's numbers once a second."""
@@ -279,8 +353,12 @@ class Daemon:
                 reason=reason).inc()))
         log.info("Opening %slisten socket host=%s port=%d", "TLS " if self.tls else "",
                  cfg.server_host or "*", self.listen_port)
-        listeners = await trio.open_tcp_listeners(self.listen_port,
-                                                  host=cfg.server_host or None)
+        if self.reuse_port:  # ServerWorkers: every process listens on the port
+            listeners = [await open_reuse_port_listener(cfg.server_host or None,
+                                                        self.listen_port)]
+        else:
+            listeners = await trio.open_tcp_listeners(self.listen_port,
+                                                      host=cfg.server_host or None)
         self.ports["server"] = listeners[0].socket.getsockname()[1]
         log.info("Opened listen socket port=%d", self.ports["server"])
         # Returns once the drain has closed the last connection.

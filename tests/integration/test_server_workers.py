@@ -1,0 +1,147 @@
+"""ServerWorkers: worker processes share the port and follow the primary's caches.
+
+Real processes: the primary (this test's daemon, memory datastore) starts its workers with
+``python -m trio_typha.server.workers``; they bind the same port (SO_REUSEPORT) and follow
+the primary over its private Unix socket.  Clients are Typha gob clients (snappy and
+legacy) and gRPC clients, spread over the processes by the kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import trio
+
+from trio_typha.client.grpc import apply_event, sync
+from trio_typha.client.typha import TyphaClient
+from trio_typha.client.view import SyncView
+from trio_typha.config import load_config
+from trio_typha.daemon import Daemon
+from trio_typha.datastore.memory import MemoryStore
+from trio_typha.datastore.synthetic import generate
+
+SETTLE = 30  # bound for every wait below (polls: the workers are other processes)
+
+
+def config(workers: int) -> Any:
+    return load_config({}, config_file=None, overrides={
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": str(workers),
+        "HealthEnabled": "true", "HealthHost": "127.0.0.1", "HealthPort": "0",
+        "PrometheusMetricsEnabled": "true", "PrometheusMetricsHost": "127.0.0.1",
+        "PrometheusMetricsPort": "0", "ShutdownTimeoutSecs": "2",
+        "ShutdownConnectionDropIntervalMaxSecs": "0.05"})
+
+
+def policy(i: int, port: int) -> dict[str, Any]:
+    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+            "metadata": {"name": f"w-{i}"},
+            "spec": {"order": 10, "selector": "all()", "types": ["Ingress"],
+                     "ingress": [{"action": "Allow", "protocol": "TCP",
+                                  "destination": {"ports": [port]}}]}}
+
+
+async def poll(predicate: Any) -> None:
+    with trio.fail_after(SETTLE):
+        while not predicate():  # noqa: ASYNC110 (other processes: nothing to wait on)
+            await trio.sleep(0.1)
+
+
+async def follow_gob(client: TyphaClient) -> None:
+    async for _ in client:
+        pass
+
+
+async def follow_grpc(port: int, view: SyncView, name: str) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async for event in sync(stream, "felix", hostname=name):
+        apply_event(view, event)
+
+
+def values(kvs: dict[str, Any]) -> dict[str, bytes | None]:
+    return {k: u.value for k, u in kvs.items()}
+
+
+async def get(port: int, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(trust_env=False, timeout=5) as http:
+        return await http.get(f"http://127.0.0.1:{port}{path}")
+
+
+async def start(nursery: trio.Nursery, workers: int) -> tuple[Daemon, MemoryStore]:
+    store = MemoryStore()
+    store.put_all(generate("tiny"))
+    daemon = await nursery.start(Daemon(config(workers), store=store, listen_port=0).run)
+    await daemon.wait_in_sync()
+    await poll(lambda: daemon.workers is not None and daemon.workers.ready)
+    return daemon, store
+
+
+async def test_mixed_fleet_over_workers_gets_identical_kv_sets(nursery) -> None:
+    daemon, store = await start(nursery, 3)  # the primary and two workers
+    port = daemon.ports["server"]
+    gob = [TyphaClient("127.0.0.1", port, hostname=f"gob-{i}", compression=i % 2 == 0)
+           for i in range(12)]
+    views = [SyncView() for _ in range(6)]
+    async with trio.open_nursery() as clients:
+        for c in gob:
+            clients.start_soon(follow_gob, c)
+        for i, v in enumerate(views):
+            clients.start_soon(follow_grpc, port, v, f"grpc-{i}")
+        for i in range(20):
+            store.put(policy(i % 5, 1000 + i))
+            await trio.sleep(0.01)
+        cache = daemon.pipelines["felix"].feed.cache
+
+        def converged() -> bool:
+            want = cache.values_by_key()
+            return (all(values(c.kvs) == want for c in gob)
+                    and all(values(v.kvs) == want for v in views))
+
+        await poll(converged)
+        # Spread over more than one process, and the primary counts all of them.
+        await poll(lambda: sum(len(w.connections) for w in daemon.workers.workers) > 0)
+        doc = (await get(daemon.ports["health"], "/connections")).json()
+        served_by = {row.get("worker") for row in doc["connections"]}
+        assert len(served_by) >= 2
+        await poll(lambda: len(daemon.workers.connection_rows())
+                   + len(daemon.connections.snapshot()) == 18)
+        metrics = (await get(daemon.ports["metrics"], "/metrics")).text
+        active = [line for line in metrics.splitlines()
+                  if line.startswith("typha_connections_active ")]
+        assert active == ["typha_connections_active 18.0"]
+        assert (await get(daemon.ports["health"], "/readiness")).status_code == 200
+        clients.cancel_scope.cancel()
+    for c in gob:
+        await c.aclose()
+    daemon.shutdown()
+
+
+async def test_killed_worker_is_restarted_and_its_clients_lose_nothing(nursery) -> None:
+    daemon, store = await start(nursery, 2)
+    port = daemon.ports["server"]
+    pool = daemon.workers
+    assert pool is not None
+    clients = [TyphaClient("127.0.0.1", port, hostname=f"c-{i}", reconnect=True)
+               for i in range(16)]
+    async with trio.open_nursery() as following:
+        for c in clients:
+            following.start_soon(follow_gob, c)
+        cache = daemon.pipelines["felix"].feed.cache
+        await poll(lambda: all(values(c.kvs) == cache.values_by_key() for c in clients))
+        await poll(lambda: len(pool.connection_rows()) > 0)  # the worker has some
+        old_pid = pool.workers[0].pid
+        assert pool.kill(1) == old_pid
+        # Readiness reflects the dead worker until it is back.
+        await poll(lambda: not pool.ready)
+        assert (await get(daemon.ports["health"], "/readiness")).status_code == 503
+        for i in range(10):  # changes while its clients are reconnecting
+            store.put(policy(i, 2000 + i))
+            await trio.sleep(0.02)
+        await poll(lambda: pool.ready and pool.workers[0].pid != old_pid)
+        assert pool.workers[0].restarts == 1
+        assert (await get(daemon.ports["health"], "/readiness")).status_code == 200
+        await poll(lambda: all(values(c.kvs) == cache.values_by_key() for c in clients))
+        following.cancel_scope.cancel()
+    for c in clients:
+        await c.aclose()
+    daemon.shutdown()

@@ -1,0 +1,309 @@
+"""``ServerWorkers``: more processes serving the same port, fed by the one that owns the cache.
+
+With ``ServerWorkers=N`` (N > 1) the daemon (the *primary*) keeps the one datastore watch,
+the pipelines and the caches, and serves clients itself; N - 1 worker processes serve a
+share of the connections on the same port (``SO_REUSEPORT``: the kernel spreads new
+connections over the listening processes).  Each worker follows the primary's caches over
+a private Unix socket with the primary's own gRPC Sync stream, once per syncer type, into
+caches of its own (so it builds each snapshot and each breadcrumb's encoding once per
+worker, and never watches the datastore).  The primary supervises them: a worker that dies
+is started again (its clients reconnect, to whichever process the kernel picks), and
+health, readiness, metrics and ``/connections`` of the primary cover every worker.
+
+Workers learn their configuration from the primary on stdin and exit when it closes (the
+primary is gone).  ``ServerWorkers=1`` is the single-process server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import trio
+
+from ..cache.feed import CacheFeed
+from ..model.kv import SyncStatus
+
+log = logging.getLogger(__name__)
+
+#: Pause before starting a worker again after it died.
+RESTART_DELAY = 1.0
+#: How often the primary reads its workers' health, metrics and connections.
+POLL_INTERVAL = 1.0
+
+
+async def open_reuse_port_listener(host: str | None, port: int) -> trio.SocketListener:
+    """A TCP listener on ``port`` that other processes may bind too (``SO_REUSEPORT``)."""
+    family = socket.AF_INET6 if host and ":" in host else socket.AF_INET
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    await sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
+    sock.listen(socket.SOMAXCONN)
+    return trio.SocketListener(sock)
+
+
+# ---- worker side --------------------------------------------------------------------------
+
+
+class ReplicaPipeline:
+    """A worker's stand-in for a syncer pipeline: the primary's cache, followed over gRPC.
+
+    Has what the daemon uses of :class:`~trio_typha.syncer.pipeline.SyncerPipeline`.
+    """
+
+    def __init__(self, syncer_type: str, feed: CacheFeed, upstream: str) -> None:
+        self.syncer_type = syncer_type
+        self.feed = feed
+        self.upstream = upstream
+        self.failing: dict[Any, str] = {}
+        self.pending_events = 0
+        self.channel_size = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.feed.status is SyncStatus.IN_SYNC and not self.failing
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        from ..client.grpc import Finished, Header, StatusChanged, Updates, sync
+        from ..protocols.grpc.status import GrpcError
+        task_status.started()
+        stream = await trio.open_unix_socket(self.upstream)
+        try:
+            async for event in sync(stream, self.syncer_type, hostname="trio-typha-worker"):
+                if isinstance(event, Updates):
+                    self.feed.apply(event.updates)
+                elif isinstance(event, Header | Finished | StatusChanged):
+                    self.feed.set_status(event.status)
+        except (GrpcError, trio.BrokenResourceError, OSError) as exc:
+            self.failing[None] = f"lost the primary: {exc}"
+            log.error("Worker: stream from the primary ended (%s); exiting", exc)
+        finally:
+            await stream.aclose()
+        # Without the primary this worker's cache goes stale: end the process (the primary
+        # starts a new one, or is gone itself).
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Upstream:
+    """The worker's 'datastore': the primary."""
+
+    name = "primary"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+def worker_main() -> None:
+    """``python -m trio_typha.server.workers``: a worker process (started by the primary)."""
+    from ..daemon import Daemon
+    from ..logs import setup_logging
+    size = struct.unpack("!I", sys.stdin.buffer.read(4))[0]
+    spec = pickle.loads(sys.stdin.buffer.read(size))
+    cfg = spec["config"]
+    setup_logging(cfg.log_severity_screen if hasattr(cfg, "log_severity_screen") else "INFO")
+
+    async def main() -> None:
+        daemon = Daemon(cfg, upstream=spec["upstream"], listen_port=spec["port"],
+                        handle_signals=True, reuse_port=True)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.run)
+            print(json.dumps({"event": "started", "pid": os.getpid(),
+                              "health": daemon.ports.get("health"),
+                              "metrics": daemon.ports.get("metrics")}), flush=True)
+            # The primary holds our stdin: EOF means it is gone.
+            await trio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
+            daemon.shutdown()
+
+    trio.run(main)
+
+
+# ---- primary side -------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerState:
+    index: int
+    pid: int | None = None
+    health_port: int | None = None
+    metrics_port: int | None = None
+    running: bool = False
+    ready: bool = False
+    restarts: int = 0
+    metrics: str = ""
+    connections: list[dict[str, Any]] = field(default_factory=list)
+    detail: str = "starting"
+
+
+class WorkerPool:
+    """The primary's workers: started, watched, restarted, and read for aggregation."""
+
+    def __init__(self, cfg: Any, *, count: int, upstream: str, port: int) -> None:
+        self.cfg = cfg
+        self.count = count
+        self.upstream = upstream
+        self.port = port
+        self.workers = [WorkerState(i + 1) for i in range(count)]
+        self._stopping = False
+        self._procs: dict[int, trio.Process] = {}
+
+    # -- what the primary reports
+
+    @property
+    def ready(self) -> bool:
+        return all(w.running and w.ready for w in self.workers)
+
+    def detail(self) -> str:
+        bad = [f"worker {w.index}: {w.detail}" for w in self.workers
+               if not (w.running and w.ready)]
+        return "; ".join(bad)
+
+    def connection_rows(self) -> list[dict[str, Any]]:
+        return [{**row, "worker": w.index} for w in self.workers if w.running
+                for row in w.connections]
+
+    def metrics_texts(self) -> list[str]:
+        return [w.metrics for w in self.workers if w.running and w.metrics]
+
+    # -- lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        async with trio.open_nursery() as nursery:
+            for w in self.workers:
+                nursery.start_soon(self._supervise, w)
+            nursery.start_soon(self._poll)
+            task_status.started()
+
+    async def stop(self) -> None:
+        """Drain the workers (SIGTERM: each drains like the primary) and wait for them."""
+        self._stopping = True
+        for proc in self._procs.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in list(self._procs.values()):
+            await proc.wait()
+
+    def kill(self, index: int) -> int | None:
+        """SIGKILL worker ``index`` (tests, chaos); returns its pid."""
+        proc = self._procs.get(index)
+        if proc is None or proc.returncode is not None:
+            return None
+        proc.kill()
+        return proc.pid
+
+    async def _supervise(self, w: WorkerState) -> None:
+        while not self._stopping:
+            await self._run_one(w)
+            w.running = w.ready = False
+            if self._stopping:
+                return
+            w.restarts += 1
+            w.detail = f"restarting (exit, restart #{w.restarts})"
+            log.warning("Worker %d exited; starting it again in %.0fs", w.index, RESTART_DELAY)
+            await trio.sleep(RESTART_DELAY)
+
+    async def _run_one(self, w: WorkerState) -> None:
+        spec = pickle.dumps({"config": self.cfg, "upstream": self.upstream,
+                             "port": self.port})
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "trio_typha.server.workers"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        self._procs[w.index] = proc
+        w.pid = proc.pid
+        try:
+            await proc.stdin.send_all(struct.pack("!I", len(spec)) + spec)
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                if not chunk:
+                    break
+                line += chunk
+            if line:
+                started = json.loads(line)
+                w.health_port, w.metrics_port = started["health"], started["metrics"]
+                w.running = True
+                w.detail = "not ready yet"
+                log.info("Worker %d started pid=%d", w.index, proc.pid)
+            await proc.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, json.JSONDecodeError):
+            await proc.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                await proc.stdin.aclose()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    async def _poll(self) -> None:
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+            while True:
+                for w in self.workers:
+                    if w.running:
+                        await self._read(http, w)
+                await trio.sleep(POLL_INTERVAL)
+
+    async def _read(self, http: httpx.AsyncClient, w: WorkerState) -> None:
+        try:
+            if w.health_port:
+                r = await http.get(f"http://127.0.0.1:{w.health_port}/readiness")
+                w.ready = r.status_code == 200
+                w.detail = "" if w.ready else r.text.strip()[:200] or "not ready"
+                c = await http.get(f"http://127.0.0.1:{w.health_port}/connections")
+                w.connections = c.json().get("connections", [])
+            if w.metrics_port:
+                m = await http.get(f"http://127.0.0.1:{w.metrics_port}/metrics")
+                w.metrics = m.text
+        except (httpx.HTTPError, ValueError) as exc:
+            w.ready = False
+            w.detail = f"unreachable: {exc}"
+
+
+def aggregate_exposition(own: str, others: list[str]) -> str:
+    """Prometheus text with every sample summed over the primary and its workers
+    (process metrics stay the primary's: they describe one process)."""
+    if not others:
+        return own
+    totals: dict[str, float] = {}
+    for text in others:
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            if name.startswith(("process_", "python_")):
+                continue
+            try:
+                totals[name] = totals.get(name, 0.0) + float(value)
+            except ValueError:
+                continue
+    out = []
+    for line in own.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            if name in totals:
+                with contextlib.suppress(ValueError):
+                    line = f"{name} {_fmt(float(value) + totals[name])}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _fmt(value: float) -> str:
+    from prometheus_client.utils import floatToGoString
+    return floatToGoString(value)
+
+
+if __name__ == "__main__":
+    worker_main()
