@@ -217,6 +217,7 @@ async def test_mtls_overlay_certificates_work_with_the_daemon(tmp_path: Path) ->
 
     def felix_context(cert: str) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        ctx.check_hostname = False  # Felix checks the CN (FELIX_TYPHACN), not a host name
         ctx.load_cert_chain(str(certs / f"{cert}.crt"), str(certs / f"{cert}.key"))
         return ctx
 
@@ -225,14 +226,14 @@ async def test_mtls_overlay_certificates_work_with_the_daemon(tmp_path: Path) ->
         # As Felix with FELIX_TYPHACN=typha-server: the server's certificate names it.
         async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
                                ssl_context=felix_context("typha-client"),
-                               server_hostname="typha-server") as client:
+                               server_cn="typha-server") as client:
             with trio.fail_after(HANG):
                 await client.wait_for_status(SyncStatus.IN_SYNC)
             assert client.kvs
         # The server's own certificate is from the same CA but has the wrong CN.
         async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
                                ssl_context=felix_context("typha-server"),
-                               server_hostname="typha-server") as client:
+                               server_cn="typha-server") as client:
             with trio.fail_after(HANG):
                 async for _event in client:
                     pass
