@@ -205,6 +205,22 @@ class Config:
                                          "metrics port")
     prometheus_process_metrics_enabled: bool = param(
         "PrometheusProcessMetricsEnabled", _bool, True, "include process_* metrics")
+    prometheus_go_metrics_enabled: bool = param(
+        "PrometheusGoMetricsEnabled", _bool, True,
+        "include the runtime metrics (Go's go_*; here Python's python_gc_* and python_info)")
+    prometheus_metrics_cert_file: str = param(
+        "PrometheusMetricsCertFile", _string, "",
+        "serve /metrics over HTTPS with this certificate (with PrometheusMetricsKeyFile)")
+    prometheus_metrics_key_file: str = param(
+        "PrometheusMetricsKeyFile", _string, "", "key of PrometheusMetricsCertFile")
+    prometheus_metrics_ca_file: str = param(
+        "PrometheusMetricsCAFile", _string, "",
+        "CA bundle that signs scrapers' client certificates (metrics over HTTPS)")
+    prometheus_metrics_client_auth: str = param(
+        "PrometheusMetricsClientAuth",
+        _oneof("RequireAndVerifyClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
+               "NoClientCert"), "NoClientCert",
+        "client certificates on the metrics port over HTTPS")
     snapshot_cache_max_batch_size: int = param(
         "SnapshotCacheMaxBatchSize", _int(1), 100,
         "most datastore updates folded into one breadcrumb")

@@ -13,6 +13,8 @@ import logging
 import os
 import signal
 import socket
+import ssl
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -38,7 +40,7 @@ from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .server.settings import ServerSettings
-from .server.tls import ServerTLS
+from .server.tls import ServerTLS, metrics_ssl_context
 from .server.tls_diagnosis import FailureLog
 from .server.workers import (
     ReplicaPipeline,
@@ -96,7 +98,8 @@ class Daemon:
         a datastore (see :mod:`.server.workers`)."""
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
-        self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled)
+        self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled,
+                               runtime_metrics=cfg.prometheus_go_metrics_enabled)
         self.metrics.watch_ages.source = lambda: [(w.name, w.age) for w in self._watch_states()]
         self.health = Health()
         self.handle_signals = handle_signals
@@ -119,6 +122,12 @@ class Daemon:
         else:
             self.datastore, self._definition_args = make_datastore(cfg, store)
         self.settings = ServerSettings.from_config(cfg)
+        self._metrics_tls: Callable[[], ssl.SSLContext] | None = None
+        if cfg.prometheus_metrics_cert_file or cfg.prometheus_metrics_key_file:
+            files = (cfg.prometheus_metrics_cert_file, cfg.prometheus_metrics_key_file,
+                     cfg.prometheus_metrics_ca_file, cfg.prometheus_metrics_client_auth)
+            metrics_ssl_context(*files)  # a bad file fails start-up at once
+            self._metrics_tls = lambda: metrics_ssl_context(*files)
         #: Server TLS (re-read on change); built now so a bad file fails start-up at once.
         self.tls = (ServerTLS(cfg.server_cert_file, cfg.server_key_file, cfg.ca_file)
                     if cfg.tls_enabled else None)
@@ -254,10 +263,12 @@ class Daemon:
                     websockets={FEED_PATH: self._live_feed}))
                 self.ports["health"] = listeners[0].socket.getsockname()[1]
             if cfg.prometheus_metrics_enabled:
-                log.info("Prometheus metrics enabled. Starting server. port=%d",
-                         cfg.prometheus_metrics_port)
-                listeners = await nursery.start(serve_http, cfg.prometheus_metrics_host,
-                                                cfg.prometheus_metrics_port, self._metrics_http)
+                log.info("Prometheus metrics enabled. Starting server. host=%s port=%d tls=%s",
+                         cfg.prometheus_metrics_host or "*", cfg.prometheus_metrics_port,
+                         self._metrics_tls is not None)
+                listeners = await nursery.start(partial(
+                    serve_http, cfg.prometheus_metrics_host, cfg.prometheus_metrics_port,
+                    self._metrics_http, tls=self._metrics_tls))
                 self.ports["metrics"] = listeners[0].socket.getsockname()[1]
             if self.store is not None and cfg.memory_churn_rate > 0:
                 from .datastore.churn import Churn

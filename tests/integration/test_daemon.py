@@ -126,7 +126,7 @@ async def test_mixed_fleet_gob_and_grpc_get_identical_kvs(daemon) -> None:
     for syncer in SYNCER_TYPES:
         # each syncer: one compressed snapshot built, three snapshots sent (gRPC, gob, legacy)
         assert m.snapshots_generated.labels(syncer=syncer)._value.get() == 1
-        sent = m.client_snapshot_send_secs.labels(syncer=syncer)._count.get()
+        sent = m.client_snapshot_send_secs.labels(syncer=syncer).count
         assert sent == 3
 
 

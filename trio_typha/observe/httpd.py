@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 
 import h11
@@ -75,7 +76,7 @@ def _is_upgrade(request: h11.Request) -> bool:
     return headers.get(b"upgrade") == b"websocket"
 
 
-async def _handle(stream: trio.SocketStream, handler: Handler,
+async def _handle(stream: trio.abc.Stream, handler: Handler,
                   websockets: Mapping[str, WebSocketHandler] | None = None,
                   slots: trio.CapacityLimiter | None = None) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST)
@@ -131,17 +132,39 @@ async def _handle(stream: trio.SocketStream, handler: Handler,
         await stream.aclose()
 
 
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
 async def serve_http(host: str, port: int, handler: Handler, *,
                      websockets: Mapping[str, WebSocketHandler] | None = None,
+                     tls: Callable[[], ssl.SSLContext] | None = None,
                      task_status: trio.TaskStatus[list[trio.SocketListener]]
                      = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``handler`` on ``host:port`` until cancelled; reports the listeners when bound.
 
-    ``websockets``: path -> handler of an accepted WebSocket on that path.
+    ``websockets``: path -> handler of an accepted WebSocket on that path.  ``tls``: serve
+    HTTPS, with the context it returns for each connection (so rotated files apply).
     """
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     slots = trio.CapacityLimiter(_MAX_WEBSOCKETS)
 
     async def on_conn(stream: trio.SocketStream) -> None:
+        if tls is not None:
+            secure = trio.SSLStream(stream, tls(), server_side=True)
+            try:
+                with trio.fail_after(_REQUEST_TIMEOUT):
+                    await secure.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+                log.info("TLS handshake on the metrics port from %s failed: %s",
+                         _peer(stream), exc.__cause__ or exc)
+                await trio.aclose_forcefully(stream)
+                return
+            await _handle(secure, handler, websockets, slots)
+            return
         await _handle(stream, handler, websockets, slots)
     await trio.serve_listeners(on_conn, listeners, task_status=task_status)

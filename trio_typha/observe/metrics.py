@@ -10,12 +10,13 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.utils import floatToGoString
 
 from ..model.kv import SYNCER_TYPES
+from .quantiles import QuantileSummary
 
 if TYPE_CHECKING:
     from ..cache.fanout import RoundResult
@@ -23,11 +24,16 @@ if TYPE_CHECKING:
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, *,
-                 process_metrics: bool = True) -> None:
+                 process_metrics: bool = True, runtime_metrics: bool | None = None) -> None:
+        """``process_metrics``: process_* (PrometheusProcessMetricsEnabled);
+        ``runtime_metrics``: the interpreter's python_gc_* and python_info, what Go's go_*
+        are to Typha (PrometheusGoMetricsEnabled; by default as ``process_metrics``)."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        if process_metrics:
-            from prometheus_client import PLATFORM_COLLECTOR, PROCESS_COLLECTOR
-            for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR):
+        from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+        runtime = process_metrics if runtime_metrics is None else runtime_metrics
+        for wanted, collectors in ((process_metrics, (PROCESS_COLLECTOR,)),
+                                   (runtime, (GC_COLLECTOR, PLATFORM_COLLECTOR))):
+            for collector in collectors if wanted else ():
                 with contextlib.suppress(ValueError):  # already on this registry
                     self.registry.register(collector)
         r = self.registry
@@ -77,24 +83,24 @@ class Metrics:
         self.snapshot_compressed_bytes = Gauge(
             "typha_snapshot_compressed_bytes", "Size of the most recent binary snapshot after "
             "compression.", ["syncer"], registry=r)
-        self.client_snapshot_send_secs = Summary(
+        self.client_snapshot_send_secs = QuantileSummary(
             "typha_client_snapshot_send_secs", "How long it took to send the initial snapshot "
             "to each client.", ["syncer"], registry=r)
-        self.client_latency_secs = Summary(
+        self.client_latency_secs = QuantileSummary(
             "typha_client_latency_secs", "Per-client latency.  I.e. how far behind the current "
-            "state is each client.", ["syncer"], registry=r)
-        self.client_write_latency_secs = Summary(
+            "state is each client.", ["syncer"], registry=r, max_age=60.0, age_buckets=2)
+        self.client_write_latency_secs = QuantileSummary(
             "typha_client_write_latency_secs", "Distribution of latency for each client write.",
             ["syncer"], registry=r)
-        self.next_breadcrumb_latency_secs = Summary(
+        self.next_breadcrumb_latency_secs = QuantileSummary(
             "typha_next_breadcrumb_latency_secs", "Time to retrieve next breadcrumb when "
             "batching.", ["syncer"], registry=r)
-        self.ping_latency = Summary(
+        self.ping_latency = QuantileSummary(
             "typha_ping_latency", "Round-trip ping latency to client.", ["syncer"], registry=r)
-        self.kvs_per_msg = Summary(
+        self.kvs_per_msg = QuantileSummary(
             "typha_kvs_per_msg", "Number of KV pairs sent in each message.", ["syncer"],
             registry=r)
-        self.breadcrumb_size = Summary(
+        self.breadcrumb_size = QuantileSummary(
             "typha_breadcrumb_size", "Number of KVs recorded in each breadcrumb.", ["syncer"],
             registry=r)
         self.cache_staleness = Gauge(
@@ -118,7 +124,8 @@ class Metrics:
             self.tls_handshake_failures.labels(reason=reason)
         for syncer in SYNCER_TYPES:
             for metric in vars(self).values():
-                if isinstance(metric, MetricWrapperBase) and "syncer" in metric._labelnames:
+                if isinstance(metric, MetricWrapperBase | QuantileSummary) \
+                        and "syncer" in metric._labelnames:
                     metric.labels(syncer=syncer)
 
     def exposition(self) -> bytes:
@@ -163,14 +170,9 @@ def _escape_label(text: str) -> str:
 
 
 def observe_many(summary: Any, value: float, count: int) -> None:
-    """``count`` observations of ``value`` on a Summary child, in O(1).
-
-    prometheus-client has no bulk observe; its Summary keeps exactly a count and a sum, so
-    this adds to both (a broadcast round delivers to a thousand clients at once).
-    """
-    if count > 0:
-        summary._count.inc(count)
-        summary._sum.inc(value * count)
+    """``count`` observations of ``value`` on a summary child, in O(1) (a broadcast round
+    delivers to a thousand clients at once); see :mod:`.quantiles`."""
+    summary.observe_many(value, count)
 class WatchAges:
     """``typha_watch_progress_age_seconds{watch}``: per datastore watch stream, the seconds
     since its last event, progress notification, bookmark or confirming cross-check

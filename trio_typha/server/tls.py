@@ -85,16 +85,7 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
     if ciphers:
         ctx.set_ciphers(ciphers)
-    try:
-        ctx.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"TYPHA_SERVERCERTFILE={cert_file} / TYPHA_SERVERKEYFILE={key_file}: "
-                          f"cannot load the certificate and key: {_why(exc)}") from None
-    try:
-        ctx.load_verify_locations(ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"TYPHA_CAFILE={ca_file}: cannot load the CA bundle: "
-                          f"{_why(exc)}") from None
+    _load(ctx, "TYPHA_SERVER", cert_file, key_file, "TYPHA_CAFILE", ca_file)
     ctx.verify_mode = ssl.CERT_REQUIRED
     # gRPC clients negotiate h2 by ALPN; Typha's Go client sends no ALPN.
     ctx.set_alpn_protocols(["h2", "http/1.1"])
@@ -102,6 +93,22 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
     from .client_ca_list import send_client_ca_list
     send_client_ca_list(ctx, ca_file)
     return ctx
+
+
+def _load(ctx: ssl.SSLContext, prefix: str, cert_file: str, key_file: str, ca_var: str,
+          ca_file: str) -> None:
+    """Load the pair and the CA bundle; :class:`ConfigError` naming the variables if not."""
+    try:
+        ctx.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{prefix}CERTFILE={cert_file} / {prefix}KEYFILE={key_file}: "
+                          f"cannot load the certificate and key: {_why(exc)}") from None
+    if ca_file:
+        try:
+            ctx.load_verify_locations(ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"{ca_var}={ca_file}: cannot load the CA bundle: "
+                              f"{_why(exc)}") from None
 
 
 def _why(exc: BaseException) -> str:
@@ -197,3 +204,30 @@ def peer_identity(cert: dict[str, Any] | None) -> str:
     cns, uris = peer_names(cert)
     return ", ".join([f"CN={cn}" for cn in cns] + [f"URI={u}" for u in uris])
 
+
+
+_CLIENT_AUTH = {"RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+                # Python's ssl cannot demand a certificate without verifying it: this one
+                # verifies against PrometheusMetricsCAFile too.
+                "RequireAnyClientCert": ssl.CERT_REQUIRED,
+                "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+                "NoClientCert": ssl.CERT_NONE}
+
+
+def metrics_ssl_context(cert_file: str, key_file: str, ca_file: str, client_auth: str,
+                        *, env: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """The /metrics HTTPS context (Typha's PrometheusMetrics{Cert,Key,CA}File, ClientAuth).
+
+    Built per connection, so rotated files apply to the next scrape, as in Typha."""
+    minimum, ciphers = tls_policy(env)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = minimum
+    if ciphers:
+        ctx.set_ciphers(ciphers)
+    _load(ctx, "TYPHA_PROMETHEUSMETRICS", cert_file, key_file,
+          "TYPHA_PROMETHEUSMETRICSCAFILE", ca_file)
+    if not ca_file and _CLIENT_AUTH[client_auth] is not ssl.CERT_NONE:
+        raise ConfigError(f"TYPHA_PROMETHEUSMETRICSCLIENTAUTH={client_auth} needs "
+                          "TYPHA_PROMETHEUSMETRICSCAFILE")
+    ctx.verify_mode = _CLIENT_AUTH[client_auth]
+    return ctx
