@@ -105,10 +105,14 @@ async def test_mixed_fleet_over_workers_gets_identical_kv_sets(nursery) -> None:
         assert len(served_by) >= 2
         await poll(lambda: len(daemon.workers.connection_rows())
                    + len(daemon.connections.snapshot()) == 18)
-        metrics = (await get(daemon.ports["metrics"], "/metrics")).text
-        active = [line for line in metrics.splitlines()
-                  if line.startswith("typha_connections_active ")]
-        assert active == ["typha_connections_active 18.0"]
+        with trio.fail_after(SETTLE):  # the workers' figures are read once a second
+            while True:
+                metrics = (await get(daemon.ports["metrics"], "/metrics")).text
+                active = [line for line in metrics.splitlines()
+                          if line.startswith("typha_connections_active ")]
+                if active == ["typha_connections_active 18.0"]:
+                    break
+                await trio.sleep(0.2)
         assert (await get(daemon.ports["health"], "/readiness")).status_code == 200
         clients.cancel_scope.cancel()
     for c in gob:
