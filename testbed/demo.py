@@ -255,6 +255,7 @@ class Demo:
         self.kills = 0
         self.kills_survived = 0
         self.stop = trio.Event()
+        self._abandon = trio.CancelScope()
         self.verdict: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self.dashboard_url = ""
@@ -355,7 +356,13 @@ class Demo:
 
     # -- phases ------------------------------------------------------------------------------------
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> dict[str, Any] | None:
+        """The demo, start to verdict; None if abandoned (a second Ctrl-C)."""
+        with self._abandon:
+            return await self._run()
+        return None
+
+    async def _run(self) -> dict[str, Any]:
         self.started = trio.current_time()
         opts = self.opts
         async with contextlib.AsyncExitStack() as stack:
@@ -532,7 +539,7 @@ class Demo:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 if self.stop.is_set():
-                    raise KeyboardInterrupt
+                    self._abandon.cancel()  # the pieces still shut down on the way out
                 self.say("== stopping (Ctrl-C again to abandon the verdict)")
                 self.stop.set()
 
@@ -613,10 +620,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"trio-typha demo: {exc}", file=sys.stderr)
         return 2
     demo = Demo(opts)
-    try:
-        verdict = trio.run(demo.run)
-    except KeyboardInterrupt:
-        print("\ntrio-typha demo: abandoned", file=sys.stderr)
+    verdict = trio.run(demo.run)
+    if verdict is None:
+        demo.say("trio-typha demo: abandoned, no verdict")
         return 130
     if opts.json:
         print(json.dumps(verdict), flush=True)

@@ -301,7 +301,10 @@ class AgentGroup:
                     agent = Agent(spec, connector, on_delay=self._delays.append,
                                   on_receipt=self._receipt, on_change=self._notify)
                     self.agents.append(agent)
-                    await nursery.start(agent.run)
+                # start_soon, not start: a busy fleet (agents decoding snapshots) would make
+                # each start wait a whole scheduling round, and the last agent minutes late.
+                for agent in self.agents:
+                    nursery.start_soon(agent.run)
                 task_status.started(self)
         finally:
             if kube is not None:
