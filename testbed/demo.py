@@ -110,6 +110,7 @@ class ReplicaProcess:
     killed_at: float | None = None
     usage: tuple[float, float, float] = (0.0, 0.0, 0.0)  # last seen (cpu s, rss, peak rss)
     feed: dict[str, Any] = field(default_factory=dict)  # latest /feed sample
+    lag_p99_max_ms: float = 0.0  # the worst client lag p99 its feed reported
 
     @property
     def name(self) -> str:
@@ -189,6 +190,8 @@ async def _follow_feed(replica: ReplicaProcess) -> None:
                 async with open_websocket_url(replica.feed_url) as ws:
                     while True:
                         replica.feed = json.loads(await ws.get_message())
+                        replica.lag_p99_max_ms = max(replica.lag_p99_max_ms,
+                                                     replica.feed.get("lag_p99_ms", 0.0))
             except (OSError, HandshakeError, ConnectionClosed):
                 pass
         replica.feed = {}
@@ -249,7 +252,8 @@ class Demo:
         self.churn: Any = None
         self.write_times: dict[str, float] = {}  # resourceVersion -> wall time of the write
         self._receipts_seen = 0
-        self._unmatched: list[tuple[str, float]] = []
+        self._unmatched: list[tuple[str, float, str]] = []
+        self.delays_by_protocol: dict[str, list[float]] = {}
         self.delays: list[float] = []
         self.recent_delays: list[float] = []
         self.kills = 0
@@ -305,13 +309,14 @@ class Demo:
         pending, self._unmatched = self._unmatched + fresh, []
         now = time.time()
         self.recent_delays = []
-        for rev, at in pending:
+        for rev, at, protocol in pending:
             written = self.write_times.get(rev)
             if written is not None:
                 self.delays.append(at - written)
                 self.recent_delays.append(at - written)
+                self.delays_by_protocol.setdefault(protocol, []).append(at - written)
             elif now - at < 30:  # the churn thread may not have recorded it yet
-                self._unmatched.append((rev, at))
+                self._unmatched.append((rev, at, protocol))
 
     # -- the live page ---------------------------------------------------------------------------
 
@@ -499,11 +504,14 @@ class Demo:
             "writes": len(writes), "write_errors": sum(1 for w in writes if not w.ok),
             "churn_rate": opts.churn_rate, "churn_s": opts.duration,
             "propagation": percentiles_ms(self.delays),
+            "propagation_by_protocol": {p: percentiles_ms(d) for p, d in
+                                        sorted(self.delays_by_protocol.items())},
             "replica_kills": self.kills, "replica_kills_survived": self.kills_survived,
             "reconnects": s.connections - opts.agents, "connect_failures": s.failures,
             "replicas": [{"name": r.name, "address": r.address, "node": r.node,
                           "alive": r.alive, "connections": self._agents_on(r),
                           "server_connections": r.feed.get("connections"),
+                          "client_lag_p99_max_ms": r.lag_p99_max_ms,
                           "cpu_s": r.usage[0], "rss_mib": r.usage[1],
                           "peak_rss_mib": r.usage[2]} for r in self.replicas],
             "fleet_processes": [dict(zip(("cpu_s", "rss_mib", "peak_rss_mib"),
@@ -530,6 +538,8 @@ class Demo:
             for r in self.replicas:
                 r.sample_usage()
             sample = self.fleet_sample()
+            if self.phase == "done":
+                continue  # the pieces are shutting down
             self.history.append({k: sample[k] for k in ("elapsed", "in_sync", "writes",
                                                         "propagation_p50_ms",
                                                         "propagation_p99_ms")})

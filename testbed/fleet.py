@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
@@ -277,7 +278,7 @@ class AgentGroup:
         self.discovery = discovery
         self.policy = policy
         self._delays: list[float] = []
-        self._receipts: list[tuple[str, float]] = []
+        self._receipts: list[tuple[str, float, str]] = []
         self._seed = seed
         self.specs = list(specs)
         self.agents: list[Agent] = []
@@ -299,7 +300,8 @@ class AgentGroup:
                     connector = Connector(make_discovery(self.discovery, spec, rng, kube),
                                           self.policy, rng)
                     agent = Agent(spec, connector, on_delay=self._delays.append,
-                                  on_receipt=self._receipt, on_change=self._notify)
+                                  on_receipt=partial(self._receipt, spec.protocol),
+                                  on_change=self._notify)
                     self.agents.append(agent)
                 # start_soon, not start: a busy fleet (agents decoding snapshots) would make
                 # each start wait a whole scheduling round, and the last agent minutes late.
@@ -311,11 +313,12 @@ class AgentGroup:
                 with trio.CancelScope(shield=True):
                     await kube.aclose()
 
-    def _receipt(self, revision: str, at: float) -> None:
-        self._receipts.append((revision, round(at, 4)))
+    def _receipt(self, protocol: str, revision: str, at: float) -> None:
+        self._receipts.append((revision, round(at, 4), protocol))
 
-    def drain_receipts(self) -> list[tuple[str, float]]:
-        """(revision, wall-clock second) of every update received in sync since last call."""
+    def drain_receipts(self) -> list[tuple[str, float, str]]:
+        """(revision, wall-clock second, protocol) of every update received in sync since
+        the last call."""
         out = self._receipts[:]
         self._receipts.clear()
         return out
@@ -465,8 +468,8 @@ class Fleet:
         self._latest: dict[int, dict[str, Any]] = {}
         self.delays: list[float] = []
         self.connect_times: list[float] = []
-        #: (revision, wall-clock second) for every update any agent received while in sync
-        self.receipts: list[tuple[str, float]] = []
+        #: (revision, wall-clock second, protocol) of every update an agent got in sync
+        self.receipts: list[tuple[str, float, str]] = []
         self._procs: list[trio.Process] = []
         self._compare: dict[int, dict[str, Any]] = {}
         self._compare_done: trio.Event | None = None
@@ -528,7 +531,7 @@ class Fleet:
     def _on_line(self, msg: dict[str, Any]) -> None:
         if msg.get("event") == "stats":
             self.delays.extend(msg.pop("delays"))
-            self.receipts.extend((rev, at) for rev, at in msg.pop("receipts"))
+            self.receipts.extend((rev, at, proto) for rev, at, proto in msg.pop("receipts"))
             self.connect_times.extend(msg.pop("connect_times"))
             self._latest[msg["worker"]] = msg
             self.reports += 1
