@@ -114,6 +114,11 @@ def srv_name(service: str, namespace: str, *, zone: str = "cluster.local",
 
 # -- discoverers (trio) ------------------------------------------------------------------
 
+def _describe(exc: Exception) -> str:
+    """The message, or the exception's name when it has none (httpx timeouts)."""
+    return str(exc) or type(exc).__name__
+
+
 class Discovery(Protocol):
     async def discover(self) -> list[TyphaAddress]:
         """Candidate addresses, best first; raises :class:`DiscoveryError` if none."""
@@ -149,7 +154,7 @@ class EndpointSliceDiscovery:
                 path, params={"labelSelector": f"{SERVICE_NAME_LABEL}={self.service}"})
         except (ApiError, MalformedResponse, httpx.HTTPError) as exc:
             raise DiscoveryError(f"listing EndpointSlices of {self.namespace}/{self.service}"
-                                 f" failed: {exc}") from exc
+                                 f" failed: {_describe(exc)}") from exc
         found = parse_endpoint_slices(doc.get("items") or ())
         if not found:
             raise DiscoveryError(f"no ready Typha in the EndpointSlices of "
@@ -190,7 +195,7 @@ class SrvDiscovery:
                 out.extend(TyphaAddress(h, srv.port, srv.target) for h in hosts)
         except (dns.DnsError, OSError) as exc:
             raise DiscoveryError(f"SRV lookup of {self.name} via {self.server[0]}:"
-                                 f"{self.server[1]} failed: {exc}") from exc
+                                 f"{self.server[1]} failed: {_describe(exc)}") from exc
         if not out:
             raise DiscoveryError(f"SRV targets of {self.name} have no addresses")
         return out
