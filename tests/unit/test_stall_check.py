@@ -66,10 +66,16 @@ def test_board_ages_and_staleness() -> None:
     assert "watch bgp/nodes silent for 31s" in states["bgp/nodes"].describe()
     pods.probed(True, 32.0)
     assert next(board.states("felix/")).stale  # suspect: missing a change, whatever its age
+    nodes = next(board.states("bgp/"))
+    assert nodes.stale
+    board_check = board.add("felix/kubevirt", DEADLINE)
+    board_check.dormant = True  # its kind is not served: no stream, nothing stale
+    now[0] = 500.0
+    assert not next(board.states("felix/kubevirt")).stale
     board.remove("felix/pods", StallCheck(DEADLINE, 0.0))  # not the registered one: kept
-    assert [s.name for s in board.states("felix/")] == ["felix/pods"]
+    assert [s.name for s in board.states("felix/p")] == ["felix/pods"]
     board.remove("felix/pods", pods)
-    assert list(board.states("felix/")) == []
+    assert list(board.states("felix/p")) == []
 
 
 def test_deadline_must_be_positive() -> None:

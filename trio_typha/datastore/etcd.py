@@ -215,7 +215,7 @@ class _Watcher:
         failure: list[BaseException] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keepalive, client, failure, nursery.cancel_scope)
-            nursery.start_soon(self._cross_check, client, failure, nursery.cancel_scope)
+            await nursery.start(self._cross_check, client, failure, nursery.cancel_scope)
             try:
                 await self._stream(client)
             except _SESSION_ERRORS as exc:
@@ -231,7 +231,10 @@ class _Watcher:
             raise failure[0]
 
     async def _cross_check(self, client: httpx.AsyncClient, failure: list[BaseException],
-                           scope: trio.CancelScope) -> None:
+                           scope: trio.CancelScope, *,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                           ) -> None:
+        task_status.started()
         failure.append(await until_stalled(self.check, partial(self._probe, client),
                                            self.stream))
         scope.cancel()

@@ -158,6 +158,8 @@ class KindWatcher:
                      "checking again every %gs", self.kind, self.tuning.missing_kind_recheck)
             self._absent = True
         events = self.reflector.absent()
+        self.check.progressed(trio.current_time())
+        self.check.dormant = True  # no watch until the kind is served: nothing to go stale
         self._backoff.reset()
         await self._recovered()
         await self._emit(events)
@@ -180,7 +182,7 @@ class KindWatcher:
                 self.check.progressed(trio.current_time())
                 failure: list[Exception] = []
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._cross_check, stalled, nursery.cancel_scope)
+                    await nursery.start(self._cross_check, stalled, nursery.cancel_scope)
                     try:
                         async for event in events:
                             self.check.progressed(trio.current_time())
@@ -236,7 +238,10 @@ class KindWatcher:
             log.info("Watch of %s failed (%s); retrying", self.kind, _brief(error))
         await trio.sleep(self._backoff.next_delay())
 
-    async def _cross_check(self, stalled: list[WatchStalled], scope: trio.CancelScope) -> None:
+    async def _cross_check(self, stalled: list[WatchStalled], scope: trio.CancelScope, *,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                           ) -> None:
+        task_status.started()
         stalled.append(await until_stalled(self.check, self._probe, self.stream))
         scope.cancel()
 

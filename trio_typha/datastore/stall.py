@@ -93,10 +93,13 @@ class StallCheck:
         self.interval = deadline / 3
         self.last_progress = now
         self.last_delivery = now  # the stream's own traffic, for the WARNING
+        #: no stream runs, and rightly so (the kind is not served): nothing can go stale
+        self.dormant = False
         self._suspect_since: float | None = None
 
     def progressed(self, now: float) -> None:
         self.last_progress = self.last_delivery = now
+        self.dormant = False
         self._suspect_since = None
 
     def due(self, now: float) -> bool:
@@ -158,5 +161,8 @@ class WatchBoard:
         for name in sorted(self._checks):
             if name.startswith(prefix):
                 check = self._checks[name]
+                if check.dormant:
+                    yield WatchState(name, 0.0, False)
+                    continue
                 age = now - check.last_progress
                 yield WatchState(name, age, check.suspect or age > check.deadline)
