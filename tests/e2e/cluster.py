@@ -8,8 +8,8 @@
   replicas are reached through ``kubectl port-forward`` and ``kubectl exec``;
 * **embedded** (otherwise, e.g. in CI): the test bed's Kubernetes API server in this process,
   ``trio-typha serve`` replica *processes* on it (the Deployment's ``TYPHA_*`` settings, on
-  loopback ports), and node agents that behave as calico-node does: a felix gob connection
-  to one replica each, moving to another replica when theirs goes away.
+  loopback ports) published in the ``calico-typha`` EndpointSlices, and node agents that
+  find and use them as calico-node does (:class:`Agent`).
 
 Either way the datastore is read with the official ``kubernetes`` client, and the state each
 replica and agent must converge to comes from :mod:`testbed.invariant`.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -26,7 +27,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,12 @@ import trio
 from testbed import churn as ch
 from testbed import invariant as inv
 from testbed.apiserver import ApiServer, open_apiserver
+from trio_typha.client.discovery import Connector, EndpointSliceDiscovery, ReconnectPolicy
 from trio_typha.client.typha import Disconnected, SyncStatusReceived, TyphaClient
+from trio_typha.datastore.k8s_api import KubeApi
+from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.model import kinds as K
+from trio_typha.model.endpoint_slices import SERVICE_NAME_LABEL
 from trio_typha.model.kv import SYNCER_TYPES, SyncStatus
 
 KUBECONFIG_ENV = "TRIO_TYPHA_E2E_KUBECONFIG"
@@ -54,8 +59,10 @@ def real_kubeconfig() -> tuple[str | None, str | None] | None:
     explicit = os.environ.get(KUBECONFIG_ENV)
     if explicit:
         return explicit, None
+    paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
-        _, active = kubernetes.config.list_kube_config_contexts()
+        _, active = kubernetes.config.list_kube_config_contexts(
+            config_file=paths.split(os.pathsep)[0])
     except (kubernetes.config.ConfigException, OSError):
         return None
     if active and active.get("name") == KIND_CONTEXT:
@@ -79,44 +86,44 @@ class Replica:
 
 @dataclass
 class Agent:
-    """A node agent that behaves as calico-node's Typha client does: one felix connection,
-    to a replica chosen from those currently serving; on loss, the next one."""
+    """A node agent that finds and uses Typha as calico-node does: the ``calico-typha``
+    Service's EndpointSlices (replicas on its own node first), one felix connection, and on
+    losing it a short random delay, then a replica it has not tried yet
+    (``trio_typha.client.discovery.Connector``)."""
 
     name: str
-    replicas: Callable[[], list[Replica]]
-    first: int
+    connector: Connector | None = None  # None: a real calico-node, watched from outside
     client: TyphaClient | None = None
     replica: str = ""
     connects: int = 0
-    in_sync: trio.Event = field(default_factory=trio.Event)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        turn = self.first
+        assert self.connector is not None
         started = False
         while True:
-            live = self.replicas()
-            if not live:
-                await trio.sleep(0.1)
-                continue
-            target = live[turn % len(live)]
-            turn += 1
-            client = TyphaClient(target.address, syncer_type="felix", hostname=self.name,
+            address = await self.connector.next_address()
+            client = TyphaClient(address.addr, syncer_type="felix", hostname=self.name,
                                  info="trio-typha e2e agent", dial_timeout=5.0)
+            synced = False
             async with client:
                 async for event in client:
                     if isinstance(event, SyncStatusReceived) and \
-                            event.status is SyncStatus.IN_SYNC:
-                        self.client, self.replica = client, target.name
+                            event.status is SyncStatus.IN_SYNC and not synced:
+                        synced = True
+                        self.connector.connected()
+                        self.client, self.replica = client, address.addr
                         self.connects += 1
-                        self.in_sync.set()
                         if not started:
                             started = True
                             task_status.started()
                     elif isinstance(event, Disconnected):
                         break
             self.client, self.replica = None, ""
-            await trio.sleep(0.05)
+            if synced:
+                self.connector.dropped()
+            else:
+                self.connector.failed()
 
 
 class Cluster:
@@ -193,6 +200,7 @@ class EmbeddedCluster(Cluster):
         super().__init__(api)
         self.srv = srv
         self.kubeconfig = kubeconfig
+        self.discovery = kubernetes.client.DiscoveryV1Api(api)
 
     async def start_replica(self, nursery: trio.Nursery, index: int) -> Replica:
         port, health = free_port(), free_port()
@@ -212,6 +220,10 @@ class EmbeddedCluster(Cluster):
         replica = Replica(f"replica-{index}", f"127.0.0.1:{port}", process,
                           f"127.0.0.1:{health}")
         await _wait_ready(replica)
+        # Ready: published as the endpoints controller would, on "its" node.
+        await trio.to_thread.run_sync(
+            self.discovery.create_namespaced_endpoint_slice, NAMESPACE,
+            _endpoint_slice(replica.name, port, f"node-{index}"))
         return replica
 
     async def _connections_document(self, replica: Replica) -> dict[str, Any]:
@@ -221,8 +233,10 @@ class EmbeddedCluster(Cluster):
         return resp.json()  # type: ignore[no-any-return]
 
     async def delete_replica(self, replica: Replica) -> None:
-        """As the kubelet deletes a pod: SIGTERM (graceful drain), then wait for the exit."""
+        """As a pod is deleted: out of the EndpointSlices, SIGTERM (graceful drain), exit."""
         self.replicas.remove(replica)
+        await trio.to_thread.run_sync(
+            self.discovery.delete_namespaced_endpoint_slice, replica.name, NAMESPACE)
         assert replica.process is not None
         replica.process.send_signal(signal.SIGTERM)
         with trio.fail_after(PATIENCE):
@@ -251,6 +265,17 @@ async def _wait_ready(replica: Replica) -> None:
 
 
 NODES = 4  # as kind-config.yaml: a control plane and three workers
+#: Agents reconnect after uniform(0, this) seconds (calico-node's spread, kept short here).
+RECONNECT_SPREAD = 0.5
+
+
+def _endpoint_slice(name: str, port: int, node: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NAMESPACE,
+                         "labels": {SERVICE_NAME_LABEL: "calico-typha"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True},
+                           "nodeName": node}],
+            "ports": [{"name": "calico-typha", "port": port, "protocol": "TCP"}]}
 
 
 def _node(i: int) -> dict[str, Any]:
@@ -280,8 +305,15 @@ async def embedded_cluster(tmp_path: Path, *, replicas: int = 3, agents: int = 6
             for i in range(replicas):
                 starting.start_soon(start, i)
         cluster.replicas.sort(key=lambda r: r.name)
+        kube = await stack.enter_async_context(
+            KubeApi(load_kube_client_config({"KUBECONFIG": str(kubeconfig)})))
+        policy = ReconnectPolicy(reconnect_delay_max=RECONNECT_SPREAD, backoff_initial=0.1,
+                                 backoff_max=1.0)
         for i in range(agents):
-            agent = Agent(f"node-{i}", lambda: cluster.replicas, first=i)
+            name = f"node-{i}"
+            connector = Connector(EndpointSliceDiscovery(kube, node_name=name), policy,
+                                  random.Random(i))
+            agent = Agent(name, connector)
             cluster.agents.append(agent)
             await nursery.start(agent.run)
         try:
@@ -319,7 +351,7 @@ class RealCluster(Cluster):
             replicas.append(Replica(p.metadata.name, proc.address))  # type: ignore[attr-defined]
         self.replicas = replicas
         nodes = await trio.to_thread.run_sync(self.core.list_node)
-        self.agents = [Agent(n.metadata.name, lambda: [], 0) for n in nodes.items]
+        self.agents = [Agent(n.metadata.name) for n in nodes.items]
 
     def _port_forward(self, pod: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([*self.kubectl, "-n", NAMESPACE, "port-forward", f"pod/{pod}",
