@@ -22,6 +22,8 @@ from .datastore.memory import StoreError
 from .datastore.seed import SeedError
 from .logs import early_level, setup_logging
 from .model.kv import SYNCER_TYPES
+from .server.tls import TLSFilesError
+from .startup import EXIT_CONFIG, EXIT_TLS_FILES, first_startup_error
 
 log = logging.getLogger("trio_typha.cli")
 
@@ -152,8 +154,15 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = load_config(config_file=args.config_file, overrides=overrides)
     setup_logging(cfg.log_severity_screen)
     from .daemon import Daemon
-    daemon = Daemon(cfg, handle_signals=True)
-    trio.run(daemon.run)
+    try:
+        daemon = Daemon(cfg, handle_signals=True)
+        trio.run(daemon.run)
+    except BaseException as exc:  # noqa: BLE001 - only named start-up failures are handled
+        failure = first_startup_error(exc)
+        if failure is None:
+            raise
+        print(f"trio-typha: {failure.message}", file=sys.stderr)
+        return failure.exit_code
     return 0
 
 
@@ -176,9 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from testbed.demo import run as run_demo
             return run_demo(args)
         return _client(args)
+    except TLSFilesError as exc:
+        print(f"trio-typha: TLS files: {exc}", file=sys.stderr)
+        return EXIT_TLS_FILES
     except ConfigError as exc:
         print(f"trio-typha: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     except (SeedError, StoreError) as exc:
         print(f"trio-typha: cannot load the memory datastore: {exc}", file=sys.stderr)
         return 2

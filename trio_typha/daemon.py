@@ -25,6 +25,7 @@ from .cache.feed import CacheFeed
 from .config import Config
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
+from .datastore.k8s_config import KubeConfigError, load_kube_client_config
 from .datastore.memory import MemoryDatastore, MemoryStore
 from .datastore.stall import WatchBoard, WatchState
 from .model.kinds import CALICO_V3_GROUP
@@ -48,6 +49,13 @@ from .server.workers import (
     WorkerPool,
     aggregate_exposition,
     open_reuse_port_listener,
+)
+from .startup import (
+    DatastoreUnreachable,
+    HttpPortInUse,
+    KubernetesConfigMissing,
+    ListenPortInUse,
+    port_in_use,
 )
 from .syncer.pipeline import SyncerPipeline
 
@@ -120,7 +128,12 @@ class Daemon:
                 "mode": DatastoreMode.ETCD if datastore.name == "etcdv3" else DatastoreMode.KDD,
                 "calico_group": getattr(datastore, "calico_group", CALICO_V3_GROUP)}
         else:
-            self.datastore, self._definition_args = make_datastore(cfg, store)
+            try:
+                self.datastore, self._definition_args = make_datastore(cfg, store)
+            except KubeConfigError as exc:
+                raise KubernetesConfigMissing(
+                    f"no usable Kubernetes configuration for TYPHA_DATASTORETYPE=kubernetes: "
+                    f"{exc}") from None
         self.settings = ServerSettings.from_config(cfg)
         self._metrics_tls: Callable[[], ssl.SSLContext] | None = None
         if cfg.prometheus_metrics_cert_file or cfg.prometheus_metrics_key_file:
@@ -145,8 +158,13 @@ class Daemon:
             self._rebalance_api = getattr(self.datastore, "api", None)
             if not isinstance(self._rebalance_api, KubeApi):
                 # etcd (or memory) datastore: in-cluster config or a kubeconfig, as Typha.
-                from .datastore.k8s_config import load_kube_client_config
-                self._rebalance_api = KubeApi(load_kube_client_config())
+                try:
+                    self._rebalance_api = KubeApi(load_kube_client_config())
+                except KubeConfigError as exc:
+                    raise KubernetesConfigMissing(
+                        "no usable Kubernetes configuration for "
+                        f"TYPHA_CONNECTIONREBALANCINGMODE=kubernetes: {exc}; or set "
+                        "ConnectionRebalancingMode=none") from None
                 self._owns_rebalance_api = True
 
     # -- readiness --------------------------------------------------------------------------
@@ -217,6 +235,7 @@ class Daemon:
                 nursery.start_soon(self._signals)
             for feed in feeds.values():
                 await nursery.start(feed.run_broadcast)
+            await self._check_datastore()
             log.info("Starting the datastore Syncer/cache layer")
             for syncer_type, feed in feeds.items():
                 pipeline: SyncerPipeline | ReplicaPipeline
@@ -258,17 +277,21 @@ class Daemon:
             if cfg.health_enabled:
                 log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
                          cfg.health_port)
-                listeners = await nursery.start(partial(
-                    serve_http, cfg.health_host, cfg.health_port, self._health_http,
-                    websockets={FEED_PATH: self._live_feed}))
+                listeners = await self._start_http(
+                    nursery, "health", "TYPHA_HEALTHPORT", cfg.health_host, cfg.health_port,
+                    partial(serve_http, cfg.health_host, cfg.health_port, self._health_http,
+                            websockets={FEED_PATH: self._live_feed}))
                 self.ports["health"] = listeners[0].socket.getsockname()[1]
             if cfg.prometheus_metrics_enabled:
                 log.info("Prometheus metrics enabled. Starting server. host=%s port=%d tls=%s",
                          cfg.prometheus_metrics_host or "*", cfg.prometheus_metrics_port,
                          self._metrics_tls is not None)
-                listeners = await nursery.start(partial(
-                    serve_http, cfg.prometheus_metrics_host, cfg.prometheus_metrics_port,
-                    self._metrics_http, tls=self._metrics_tls))
+                listeners = await self._start_http(
+                    nursery, "metrics", "TYPHA_PROMETHEUSMETRICSPORT",
+                    cfg.prometheus_metrics_host, cfg.prometheus_metrics_port,
+                    partial(serve_http, cfg.prometheus_metrics_host,
+                            cfg.prometheus_metrics_port, self._metrics_http,
+                            tls=self._metrics_tls))
                 self.ports["metrics"] = listeners[0].socket.getsockname()[1]
             if self.store is not None and cfg.memory_churn_rate > 0:
                 from .datastore.churn import Churn
@@ -287,6 +310,29 @@ class Daemon:
             if self._owns_rebalance_api and self._rebalance_api is not None:
                 await self._rebalance_api.aclose()
         log.info("Server has shut down.")
+
+    @staticmethod
+    async def _start_http(nursery: trio.Nursery, what: str, setting: str, host: str, port: int,
+                          serve: Callable[..., Any]) -> list[trio.SocketListener]:
+        try:
+            listeners: list[trio.SocketListener] = await nursery.start(serve)
+        except OSError as exc:
+            raise port_in_use(f"the {what} endpoint", setting, host, port, exc,
+                              HttpPortInUse) from None
+        return listeners
+
+    async def _check_datastore(self) -> None:
+        """An etcd that answers none of its endpoints at start ends start-up, named."""
+        probe = getattr(self.datastore, "probe", None)
+        if probe is None or not self._owns_datastore:
+            return
+        problem = await probe()
+        if problem:
+            endpoints = ",".join(self.config.etcd_endpoints) or (
+                f"{self.config.etcd_scheme}://{self.config.etcd_addr}")
+            raise DatastoreUnreachable(
+                f"cannot reach etcd at {endpoints} (TYPHA_ETCDENDPOINTS / TYPHA_ETCDADDR): "
+                f"{problem}; check that etcd runs and the endpoints and TLS files are right")
 
     def _health_http(self, path: str) -> tuple[int, str, bytes] | None:
         """The health port: Typha's probes, plus ``/connections`` (who is connected)."""
@@ -368,8 +414,12 @@ class Daemon:
             listeners = [await open_reuse_port_listener(cfg.server_host or None,
                                                         self.listen_port)]
         else:
-            listeners = await trio.open_tcp_listeners(self.listen_port,
-                                                      host=cfg.server_host or None)
+            try:
+                listeners = await trio.open_tcp_listeners(self.listen_port,
+                                                          host=cfg.server_host or None)
+            except OSError as exc:
+                raise port_in_use("the sync server", "TYPHA_SERVERPORT", cfg.server_host,
+                                  self.listen_port, exc, ListenPortInUse) from None
         self.ports["server"] = listeners[0].socket.getsockname()[1]
         log.info("Opened listen socket port=%d", self.ports["server"])
         # Returns once the drain has closed the last connection.

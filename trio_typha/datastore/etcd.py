@@ -95,6 +95,19 @@ class EtcdDatastore:
         """From the daemon's config (its ``etcd_*`` fields); raises EtcdConfigError."""
         return cls(etcd_config_from_params(params), **kwargs)
 
+    async def probe(self) -> str | None:
+        """Ask each endpoint for its status once; None if one answered, else why none did
+        (the daemon's start-up check: an etcd unreachable at start is a clean exit)."""
+        problems = []
+        for endpoint in self.config.endpoints:
+            try:
+                async with _client(self, endpoint) as client:
+                    gw.decode_status(await _post(client, gw.STATUS_PATH, {}))
+                return None
+            except (httpx.HTTPError, gw.EtcdGatewayError, gw.EtcdProtocolError) as exc:
+                problems.append(f"{endpoint}: {exc or type(exc).__name__}")
+        return "; ".join(problems)
+
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -152,12 +165,7 @@ class _Watcher:
             await self.send.send(Connection(ok=ok, reason=reason))
 
     def _client(self, endpoint: str) -> httpx.AsyncClient:
-        verify: Any = self.ds.config.ssl_context() if endpoint.startswith("https:") else True
-        transport = httpx.AsyncHTTPTransport(
-            verify=verify, trust_env=False,
-            socket_options=keepalive_socket_options(self.ds.stall_deadline))
-        return httpx.AsyncClient(base_url=endpoint, transport=transport, trust_env=False,
-                                 timeout=self.ds.request_timeout)
+        return _client(self.ds, endpoint)
 
     async def _session(self, endpoint: str) -> None:
         """One connection's worth of work; returns only when a compaction ends the watch."""
@@ -310,6 +318,15 @@ class _Watcher:
                 for ev in self.state.watched(msg):
                     await self.send.send(ev)
         raise gw.EtcdProtocolError("etcd ended the watch stream")
+
+
+def _client(ds: EtcdDatastore, endpoint: str) -> httpx.AsyncClient:
+    verify: Any = ds.config.ssl_context() if endpoint.startswith("https:") else True
+    transport = httpx.AsyncHTTPTransport(
+        verify=verify, trust_env=False,
+        socket_options=keepalive_socket_options(ds.stall_deadline))
+    return httpx.AsyncClient(base_url=endpoint, transport=transport, trust_env=False,
+                             timeout=ds.request_timeout)
 
 
 async def _post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Any:

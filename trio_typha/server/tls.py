@@ -95,19 +95,23 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
     return ctx
 
 
+class TLSFilesError(ConfigError):
+    """A certificate, key or CA file cannot be used (unreadable, not PEM, not a pair)."""
+
+
 def _load(ctx: ssl.SSLContext, prefix: str, cert_file: str, key_file: str, ca_var: str,
           ca_file: str) -> None:
     """Load the pair and the CA bundle; :class:`ConfigError` naming the variables if not."""
     try:
         ctx.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"{prefix}CERTFILE={cert_file} / {prefix}KEYFILE={key_file}: "
+        raise TLSFilesError(f"{prefix}CERTFILE={cert_file} / {prefix}KEYFILE={key_file}: "
                           f"cannot load the certificate and key: {_why(exc)}") from None
     if ca_file:
         try:
             ctx.load_verify_locations(ca_file)
         except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"{ca_var}={ca_file}: cannot load the CA bundle: "
+            raise TLSFilesError(f"{ca_var}={ca_file}: cannot load the CA bundle: "
                               f"{_why(exc)}") from None
 
 
