@@ -349,6 +349,10 @@ class RealCluster(Cluster):
                     self._port_forward, p.metadata.name)
             proc = self._forwards[p.metadata.name]
             replicas.append(Replica(p.metadata.name, proc.address))  # type: ignore[attr-defined]
+        for gone in set(self._forwards) - {r.name for r in replicas}:
+            proc = self._forwards.pop(gone)
+            proc.kill()
+            proc.wait()
         self.replicas = replicas
         nodes = await trio.to_thread.run_sync(self.core.list_node)
         self.agents = [Agent(n.metadata.name) for n in nodes.items]
@@ -364,6 +368,11 @@ class RealCluster(Cluster):
             raise RuntimeError(f"kubectl port-forward {pod}: {line!r}")
         proc.address = f"127.0.0.1:{found[1]}"  # type: ignore[attr-defined]
         return proc
+
+    async def connections(self) -> dict[str, set[str]]:
+        # Pods come and go (a deleted replica's successor, rebalancing): look again each time.
+        await self.refresh()
+        return await super().connections()
 
     async def _connections_document(self, replica: Replica) -> dict[str, Any]:
         script = ("import urllib.request as u; print(u.urlopen("
