@@ -9,7 +9,8 @@ One command starts, as separate processes,
 * a fleet of agents (:mod:`testbed.fleet`) on both protocols, finding the replicas from that
   EndpointSlice (same-node Typha first) with a random start-up delay;
 
-then NetworkPolicy churn through the official ``kubernetes`` client (:mod:`testbed.churn`),
+then NetworkPolicy and pod churn through the official ``kubernetes`` client
+(:mod:`testbed.churn`; the pods relabelled are the synthetic cluster's own, scheduled ones),
 optionally a replica killed mid-run (its EndpointSlice entry goes unready, as the
 EndpointSlice controller would mark it), a dashboard page fed by every replica's ``/feed``
 WebSocket and by the demo's own ``/fleet`` one, and a progress line in the terminal.
@@ -225,6 +226,15 @@ class Cluster:
         api.replace_namespaced_endpoint_slice(SLICE_NAME, "kube-system",
                                               body)  # type: ignore[arg-type]
 
+    def scheduled_pods(self, limit: int = 200) -> list[tuple[str, str]]:
+        """(namespace, name) of up to ``limit`` pods with a node and an IP."""
+        import kubernetes
+        pods = kubernetes.client.CoreV1Api(self.client).list_pod_for_all_namespaces(
+            limit=limit).items
+        return [(str(p.metadata.namespace), str(p.metadata.name)) for p in pods
+                if p.metadata is not None and p.spec is not None and p.spec.node_name
+                and p.status is not None and p.status.pod_ip]
+
     def expected(self, syncers: tuple[str, ...]) -> dict[str, dict[str, ExpectedKV]]:
         """What every agent must hold: the invariant checker on the API server's contents."""
         return expected_states(read_kubernetes(self.client), syncers)
@@ -436,11 +446,16 @@ class Demo:
         if opts.churn_rate <= 0 or opts.duration <= 0:
             return
         self.churn = Churn(self.cluster.client, ChurnConfig(
-            rate=opts.churn_rate, mix=Mix(create=1, update=2, delete=1), prefix="demo",
-            namespaces=3, max_policies=60, seed=13))
+            rate=opts.churn_rate, mix=Mix(create=1, update=2, delete=1, pod_label=2),
+            prefix="demo", namespaces=3, max_policies=60, seed=13))
         await trio.to_thread.run_sync(self.churn.setup)
+        # Pod churn relabels the synthetic cluster's own pods: they are scheduled and have
+        # IPs, so every relabel is a workload endpoint update the felix agents must get.
+        self.churn.pods.extend(await trio.to_thread.run_sync(self.cluster.scheduled_pods))
         self.phase = "churning"
-        self.say(f"== churn: {opts.churn_rate:g} writes/s for {opts.duration:g} s")
+        self.say(f"== churn: {opts.churn_rate:g} writes/s for {opts.duration:g} s "
+                 f"(NetworkPolicies created, updated and deleted; pods relabelled, "
+                 f"{len(self.churn.pods)} of them)")
         churn = self.churn
         async with trio.open_nursery() as n:
             if opts.kill_replica_at is not None:

@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--syncers", default="felix",
                    help="comma-separated syncer types the agents use, in turn (default felix)")
     p.add_argument("--churn-rate", type=float, default=10.0, metavar="WRITES_PER_S",
-                   help="NetworkPolicy writes per second (default 10; 0: no churn)")
+                   help="writes per second: NetworkPolicies created, updated and deleted, pods "
+                        "relabelled (default 10; 0: no churn)")
     p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS",
                    help="seconds of churn (default 30)")
     p.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
