@@ -74,6 +74,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_mib": result.get("server_peak_rss_mib"),
         "rss_with_clients_mib": result.get("server_rss_with_clients_mib"),
         "in_sync_s": result.get("all_in_sync_s"),
+        "server_processes": result.get("server_processes"),
         **{k: result[k] for k in ("baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
                                   "server_side", "client_errors") if k in result},
     }
@@ -85,7 +86,7 @@ def fanout_args(args: argparse.Namespace) -> argparse.Namespace:
         protocol=args.protocol, client_impl=impl, clients=args.clients,
         procs=min(2, max(args.clients, 1)), cluster=args.cluster, syncer="felix",
         rate=args.rate, seconds=args.seconds, port=0, wake_interval=0.0,
-        datastore=args.datastore,
+        datastore=args.datastore, workers=args.workers,
         snapshot_reuse=1.0, gobtool=fanout.build_gobtool() if impl == "go" else None)
 
 
@@ -157,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, help="churn duration (steady)")
     p.add_argument("--cluster", choices=("tiny", "small", "medium", "large"))
     p.add_argument("--datastore", choices=("memory", "etcdv3"), default="memory")
+    p.add_argument("--workers", type=int, default=1,
+                   help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)

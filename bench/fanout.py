@@ -132,6 +132,47 @@ class RoundLag:
                 "event_to_round_end": percentiles(self.lags)}
 
 
+class ServerProcesses:
+    """CPU and memory of the server: this process plus its ServerWorkers workers."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def pids(self) -> list[int]:
+        workers = self.daemon.workers.workers if self.daemon.workers is not None else []
+        return [os.getpid(), *(w.pid for w in workers if w.pid and w.running)]
+
+    def cpu(self) -> float:
+        total = cpu_seconds()
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in self.pids()[1:]:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+            except OSError:
+                pass
+        return total
+
+    def _status(self, key: str) -> float:
+        out = 0.0
+        for pid in self.pids()[1:]:
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    for line in fh:
+                        if line.startswith(key):
+                            out += int(line.split()[1]) / 1024
+            except OSError:
+                pass
+        return out
+
+    def rss(self) -> float:
+        return current_rss_mib() + self._status("VmRSS:")
+
+    def peak_rss(self) -> float:
+        return rss_peak_mib() + self._status("VmHWM:")
+
+
 class MemoryCluster:
     """The synthetic cluster in the memory datastore, churned in this process."""
 
@@ -195,7 +236,8 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         **cluster.overrides, "ServerHost": "127.0.0.1",
         "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
         "CacheWakeIntervalSecs": str(args.wake_interval),
-        "ServerPingIntervalSecs": "10"})
+        "ServerPingIntervalSecs": "10",
+        "ServerWorkers": str(getattr(args, "workers", 1))})
     result: dict = {"bench": "fanout", "wake_interval": args.wake_interval,
                     "protocol": args.protocol, "datastore": cluster.overrides["DatastoreType"],
                     "client_impl": args.client_impl, "clients": args.clients,
@@ -206,10 +248,13 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
                                             listen_port=args.port).run)
         t0 = trio.current_time()
         await daemon.wait_in_sync()
+        while daemon.workers is not None and not daemon.workers.ready:  # noqa: ASYNC110 (polled)
+            await trio.sleep(0.1)
+        procs_of = ServerProcesses(daemon)
         result["server_in_sync_s"] = round(trio.current_time() - t0, 2)
         result["felix_keys"] = len(daemon.pipelines["felix"].feed.cache)
         port = daemon.ports["server"]
-        cpu0 = cpu_seconds()
+        cpu0 = procs_of.cpu()
         per_proc = [args.clients // args.procs + (i < args.clients % args.procs)
                     for i in range(args.procs)]
         procs = [subprocess.Popen(  # noqa: ASYNC220
@@ -221,22 +266,22 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         in_sync = [json.loads(await trio.to_thread.run_sync(p.stdout.readline))
                    for p in procs]
         result["all_in_sync_s"] = round(trio.current_time() - t_start, 2)
-        result["snapshot_cpu_s"] = round(cpu_seconds() - cpu0, 2)
+        result["snapshot_cpu_s"] = round(procs_of.cpu() - cpu0, 2)
         result["client_errors"] = [e for r in in_sync for e in r.get("errors", [])]
         result["clients_not_in_sync"] = sum(r.get("not_in_sync", 0) for r in in_sync)
         result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
-        cpu1 = cpu_seconds()
+        cpu1 = procs_of.cpu()
         wall1 = trio.current_time()
         gc_pauses = GcPauses()
         rounds = RoundLag(daemon.pipelines[args.syncer].feed, daemon.pipelines[args.syncer])
         if args.seconds > 0 and args.rate > 0:
             await cluster.churn(args.rate, args.seconds)
         result["churn_writes"] = cluster.writes
-        result["churn_cpu_s"] = round(cpu_seconds() - cpu1, 2)
+        result["churn_cpu_s"] = round(procs_of.cpu() - cpu1, 2)
         result["churn_wall_s"] = round(trio.current_time() - wall1, 2)
         result["gc_during_churn"] = gc_pauses.summary()
         result["server_side"] = rounds.summary()
-        result["server_rss_with_clients_mib"] = round(current_rss_mib(), 1)
+        result["server_rss_with_clients_mib"] = round(procs_of.rss(), 1)
         await trio.sleep(1)  # let the last writes arrive
         result["bytes_sent_total"] = sum(i.bytes_sent for i in daemon.ctx.sessions.values())
         result["sessions_at_end"] = len(daemon.ctx.sessions)
@@ -251,8 +296,9 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
             await trio.to_thread.run_sync(p.wait)
         result["delay"] = percentiles(delays)
         result["expected_deliveries"] = cluster.writes * args.clients
-        result["server_cpu_total_s"] = round(cpu_seconds(), 2)
-        result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
+        result["server_cpu_total_s"] = round(procs_of.cpu(), 2)
+        result["server_peak_rss_mib"] = round(procs_of.peak_rss(), 1)
+        result["server_processes"] = len(procs_of.pids())
         daemon.shutdown()
     return result
 
@@ -266,6 +312,7 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--cluster", default="medium")
+    p.add_argument("--workers", type=int, default=1, help="ServerWorkers for the server")
     p.add_argument("--datastore", choices=("memory", "etcdv3"), default="memory",
                    help="etcdv3: a real etcd is started, loaded and churned from another "
                    "process")

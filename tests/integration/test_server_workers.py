@@ -8,6 +8,7 @@ legacy) and gRPC clients, spread over the processes by the kernel.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -76,7 +77,16 @@ async def start(nursery: trio.Nursery, workers: int) -> tuple[Daemon, MemoryStor
     return daemon, store
 
 
-async def test_mixed_fleet_over_workers_gets_identical_kv_sets(nursery) -> None:
+async def test_mixed_fleet_over_workers_gets_identical_kv_sets() -> None:
+    with trio.fail_after(4 * SETTLE):
+        async with trio.open_nursery() as nursery:
+            daemon = await mixed_fleet(nursery)
+    # Shutdown drained the workers too: their processes are gone.
+    assert all(not os.path.exists(f"/proc/{w.pid}")  # noqa: ASYNC240
+               for w in daemon.workers.workers)
+
+
+async def mixed_fleet(nursery: trio.Nursery) -> Daemon:
     daemon, store = await start(nursery, 3)  # the primary and two workers
     port = daemon.ports["server"]
     gob = [TyphaClient("127.0.0.1", port, hostname=f"gob-{i}", compression=i % 2 == 0)
@@ -118,6 +128,7 @@ async def test_mixed_fleet_over_workers_gets_identical_kv_sets(nursery) -> None:
     for c in gob:
         await c.aclose()
     daemon.shutdown()
+    return daemon
 
 
 async def test_killed_worker_is_restarted_and_its_clients_lose_nothing(nursery) -> None:

@@ -118,14 +118,20 @@ def worker_main() -> None:
     async def main() -> None:
         daemon = Daemon(cfg, upstream=spec["upstream"], listen_port=spec["port"],
                         handle_signals=True, reuse_port=True)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(daemon.run)
-            print(json.dumps({"event": "started", "pid": os.getpid(),
-                              "health": daemon.ports.get("health"),
-                              "metrics": daemon.ports.get("metrics")}), flush=True)
+
+        async def primary_gone() -> None:
             # The primary holds our stdin: EOF means it is gone.
             await trio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
             daemon.shutdown()
+
+        async with trio.open_nursery() as outer:
+            outer.start_soon(primary_gone)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(daemon.run)
+                print(json.dumps({"event": "started", "pid": os.getpid(),
+                                  "health": daemon.ports.get("health"),
+                                  "metrics": daemon.ports.get("metrics")}), flush=True)
+            outer.cancel_scope.cancel()  # drained (SIGTERM or EOF): the process ends
 
     trio.run(main)
 
