@@ -183,8 +183,10 @@ class ReplicaProcess:
         self.alive = False
 
 
-async def _follow_feed(replica: ReplicaProcess) -> None:
+async def _follow_feed(replica: ReplicaProcess, *,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Keep ``replica.feed`` at the latest /feed sample, reconnecting while it is alive."""
+    task_status.started()
     while True:
         if replica.alive:
             try:
@@ -383,7 +385,7 @@ class Demo:
         async with contextlib.AsyncExitStack() as stack:
             nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)
-            nursery.start_soon(self._signals)
+            await nursery.start(self._signals)
             kubeconfig = await stack.enter_async_context(self._apiserver())
             self.cluster = Cluster(kubeconfig)
             stack.callback(self.cluster.close)
@@ -398,10 +400,10 @@ class Demo:
             self.dashboard_url = f"http://{opts.dashboard_host}:{port}/"
             self.say(f"== dashboard: {self.dashboard_url}")
             for r in self.replicas:
-                nursery.start_soon(_follow_feed, r)
+                await nursery.start(_follow_feed, r)
             self.phase = "syncing"
             self.fleet = await stack.enter_async_context(self._fleet(kubeconfig))
-            nursery.start_soon(self._tick)
+            await nursery.start(self._tick)
             self.fleet_started = trio.current_time()
             sync_limit = HANG + opts.agents * 0.5  # generous: a shared machine may be slow
             stats = None
@@ -546,7 +548,9 @@ class Demo:
                 else 0
             last = stats.updates
 
-    async def _tick(self) -> None:
+    async def _tick(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        task_status.started()
         while True:
             await trio.sleep(1.0)
             self._match_receipts()
@@ -560,11 +564,14 @@ class Demo:
                                                         "propagation_p99_ms")})
             self.progress()
 
-    async def _signals(self) -> None:
+    async def _signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                       ) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
             async for _ in signals:
                 if self.stop.is_set():
                     self._abandon.cancel()  # the pieces still shut down on the way out
+                    continue
                 self.say("== stopping (Ctrl-C again to abandon the verdict)")
                 self.stop.set()
 

@@ -420,7 +420,9 @@ async def _worker() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(group.run)
 
-        async def report() -> None:
+        async def report(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                         ) -> None:
+            task_status.started()
             seen = 0
             while True:
                 stats = group.stats()
@@ -432,7 +434,7 @@ async def _worker() -> None:
                 _emit(stats)
                 await trio.sleep(config["report_interval"])
 
-        nursery.start_soon(report)
+        await nursery.start(report)
         while (cmd := await lines.next()) is not None:
             if cmd.get("cmd") == "compare":
                 result = group.compare(load_expected(cmd["path"]))
@@ -542,8 +544,10 @@ class Fleet:
             if len(self._compare) == len(self._procs) and self._compare_done is not None:
                 self._compare_done.set()
 
-    async def _read(self, proc: trio.Process) -> None:
+    async def _read(self, proc: trio.Process, *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         assert proc.stdout is not None
+        task_status.started()
         lines = JsonLines(proc.stdout)
         while (msg := await lines.next()) is not None:
             self._on_line(msg)
@@ -565,7 +569,7 @@ async def open_fleet(config: FleetConfig) -> AsyncIterator[Fleet]:
             assert proc.stdin is not None
             await send_json(proc.stdin, config.worker_config(i))
             fleet._procs.append(proc)
-            nursery.start_soon(fleet._read, proc)
+            await nursery.start(fleet._read, proc)
         try:
             yield fleet
         finally:
