@@ -140,6 +140,11 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
     assert c["readinessProbe"]["httpGet"]["path"] == "/readiness"
     assert c["readinessProbe"]["httpGet"]["port"] == 9098
     assert {"cpu", "memory"} <= c["resources"]["requests"].keys()
+    # A read-only root filesystem still leaves trio-typha a writable /tmp (ServerWorkers'
+    # socket directory).
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    [tmp] = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert "emptyDir" in {v["name"]: v for v in spec["volumes"]}[tmp["name"]]
 
     # Typha's own variables, as trio-typha reads them: every value valid, and the grace
     # period covers the graceful shutdown.
@@ -165,8 +170,9 @@ def mtls_files(dep: dict[str, Any], certs: Path) -> dict[str, Path]:
     mount points to the Secrets' source files in ``certs``."""
     spec = dep["spec"]["template"]["spec"]
     c = container(dep)
-    secret_of = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"]}
-    mounts = {m["mountPath"]: secret_of[m["name"]] for m in c["volumeMounts"]}
+    secret_of = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: secret_of[m["name"]] for m in c["volumeMounts"]
+              if m["name"] in secret_of}
     sources = {("typha-certs", "tls.crt"): "typha-server.crt",
                ("typha-certs", "tls.key"): "typha-server.key", ("typha-ca", "ca.crt"): "ca.crt"}
     out = {}
