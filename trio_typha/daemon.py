@@ -37,6 +37,7 @@ from .observe.livefeed import FEED_PATH, ReplicaSampler, serve_feed
 from .observe.metrics import Metrics
 from .server.connections import ConnectionRegistry
 from .server.context import ServerContext
+from .server.fdlimit import FdShedder, log_nofile_limit
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
@@ -148,6 +149,7 @@ class Daemon:
         self.ctx: ServerContext | None = None
         self.connections = ConnectionRegistry(active=self.metrics.connections_active,
                                               accepted=self.metrics.connections_accepted)
+        self.connections.on_capacity_error = FdShedder(self.connections)
         self.ports: dict[str, int] = {}
         self._shutdown = trio.Event()
         self.governor: Governor | None = None
@@ -215,6 +217,7 @@ class Daemon:
         """Run until :meth:`shutdown` (or a signal) has drained every connection."""
         cfg = self.config
         log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.datastore.name)
+        log_nofile_limit()
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
                               wake_interval=cfg.cache_wake_interval_secs,

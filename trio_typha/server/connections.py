@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 #: How long to wait before accepting again after one of them (trio uses the same).
 ACCEPT_RETRY_SLEEP = 0.1
+#: ... or after ``on_capacity_error`` has closed a connection to make room.
+ACCEPT_RETRY_AFTER_SHED = 0.005
 
 
 class State(enum.Enum):
@@ -146,7 +148,8 @@ class ConnectionRegistry:
         self.sessions: dict[int, Session] = {}
         self.active = active
         self.accepted = accepted
-        self.on_capacity_error: Callable[[OSError], None] | None = None
+        #: Called on a capacity error; returns True if it closed a connection to make room.
+        self.on_capacity_error: Callable[[OSError], bool] | None = None
         # Like Typha: random upper 32 bits, low bits count up from 1.
         self._next_id = first_id if first_id is not None else (
             (random.getrandbits(31) + 1) << 32 | 1)
@@ -254,12 +257,16 @@ class ConnectionRegistry:
                 except OSError as exc:
                     if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                         raise
-                    log.error("accept returned %s (%s); retrying in %g seconds",
-                              errno.errorcode.get(exc.errno or 0, "?"), exc.strerror,
-                              ACCEPT_RETRY_SLEEP)
+                    shed = False
                     if self.on_capacity_error is not None:
-                        self.on_capacity_error(exc)
-                    await trio.sleep(ACCEPT_RETRY_SLEEP)
+                        # Sheds a connection and logs at its own pace.
+                        shed = bool(self.on_capacity_error(exc))
+                    else:
+                        log.error("accept returned %s (%s); retrying in %g seconds",
+                                  errno.errorcode.get(exc.errno or 0, "?"), exc.strerror,
+                                  ACCEPT_RETRY_SLEEP)
+                    # A shed connection frees its descriptor as soon as its task unwinds.
+                    await trio.sleep(ACCEPT_RETRY_AFTER_SHED if shed else ACCEPT_RETRY_SLEEP)
                 else:
                     if self.accepted is not None:
                         self.accepted.inc()
