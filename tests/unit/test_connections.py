@@ -102,7 +102,9 @@ async def test_accept_retries_only_capacity_errors(autojump_clock: Any,
         await handled.wait()
         assert trio.current_time() - start >= 0.2  # two pauses of 0.1 s
         assert shed_calls == [errno.EMFILE, errno.ENOBUFS]
-        assert "accept returned EMFILE" in caplog.text
+        # With a hook installed the hook logs, at its own pace (FdShedder: once per
+        # interval), so a flood of failing accepts is not a flood of lines.
+        assert "accept returned EMFILE" not in caplog.text
         registry.close_all()
     assert listener.closed
 

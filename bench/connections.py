@@ -1,0 +1,130 @@
+"""Connection-count benchmark: thousands of mixed gob/gRPC clients at once, held, pinged.
+
+    python bench/connections.py --clients 5000 --cluster small --hold 300
+
+The daemon (memory datastore) runs in this process, so its RSS is this process's; the
+clients run in separate processes, all started at once: half Go gob clients (``gobtool
+fleet`` from tests/gotools, calico-node's decoder), half gRPC clients on trio_typha's own h2
+client (bench/h2_clients.py).  Reports how long until every client was accepted and in
+sync, then holds them for ``--hold`` seconds under light churn with pings every
+``--ping-interval`` and reports pings answered (pongs the server timed), sessions still
+connected at the end (none may be dropped), and server RSS per connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import trio
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import cpu_seconds, current_rss_mib, report, rss_peak_mib  # noqa: E402
+from fanout import build_gobtool, client_command  # noqa: E402
+
+from trio_typha.config import load_config  # noqa: E402
+from trio_typha.daemon import Daemon  # noqa: E402
+from trio_typha.datastore.churn import Churn  # noqa: E402
+from trio_typha.datastore.memory import MemoryStore  # noqa: E402
+from trio_typha.datastore.synthetic import generate  # noqa: E402
+from trio_typha.server.fdlimit import raise_nofile_limit  # noqa: E402
+
+
+def _pongs(daemon: Daemon) -> int:
+    """Pong round trips the server has timed, over every syncer (typha_ping_latency count)."""
+    total = 0.0
+    for family in daemon.metrics.ping_latency.collect():
+        total += sum(s.value for s in family.samples if s.name.endswith("_count"))
+    return int(total)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    raise_nofile_limit()  # the children inherit the raised limit
+    store = MemoryStore()
+    objects = store.put_all(generate(args.cluster))
+    cfg = load_config({}, overrides={
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
+        "ServerPingIntervalSecs": str(args.ping_interval),
+        "CacheWakeIntervalSecs": str(args.wake_interval),
+        "MaxConnectionsUpperLimit": str(max(10000, 2 * args.clients)),
+        "LogSeverityScreen": "WARNING"})
+    gob = args.clients // 2
+    grpc = args.clients - gob
+    result: dict = {"bench": "connections", "clients": args.clients, "gob": gob, "grpc": grpc,
+                    "cluster": args.cluster, "objects": objects, "hold_s": args.hold,
+                    "ping_interval_s": args.ping_interval, "churn_rate": args.rate}
+    gobtool = build_gobtool()
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        await daemon.wait_in_sync()
+        port = daemon.ports["server"]
+        rss_idle = current_rss_mib()
+        result["server_rss_before_clients_mib"] = round(rss_idle, 1)
+        split = [("typha", "go", gob // args.procs + (i < gob % args.procs))
+                 for i in range(args.procs)]
+        split += [("grpc", "h2", grpc // args.procs + (i < grpc % args.procs))
+                  for i in range(args.procs)]
+        t0 = trio.current_time()
+        cpu0 = cpu_seconds()
+        procs = [subprocess.Popen(  # noqa: ASYNC220
+                     client_command(proto, impl, port, n, "felix", gobtool),
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for proto, impl, n in split if n]
+        in_sync = [json.loads(await trio.to_thread.run_sync(p.stdout.readline))
+                   for p in procs]
+        result["all_in_sync_s"] = round(trio.current_time() - t0, 2)
+        result["connect_cpu_s"] = round(cpu_seconds() - cpu0, 2)
+        result["client_errors_at_sync"] = [e for r in in_sync for e in r.get("errors", [])][:10]
+        result["sessions_in_sync"] = len(daemon.ctx.sessions)
+        result["connections_accepted"] = len(daemon.connections)
+        rss_loaded = current_rss_mib()
+        result["server_rss_with_clients_mib"] = round(rss_loaded, 1)
+        result["rss_per_connection_kib"] = round(
+            (rss_loaded - rss_idle) * 1024 / max(len(daemon.connections), 1), 1)
+        pongs0 = _pongs(daemon)
+        churn = Churn(store, args.rate, policy_fraction=0.0)
+        low = len(daemon.ctx.sessions)
+        with trio.move_on_after(args.hold):
+            async with trio.open_nursery() as hold:
+                if args.rate > 0:
+                    hold.start_soon(churn.run)
+                while True:
+                    await trio.sleep(1)
+                    low = min(low, len(daemon.ctx.sessions))
+        result["churn_writes"] = churn.writes
+        result["pongs_during_hold"] = _pongs(daemon) - pongs0
+        result["pongs_expected_about"] = int(args.clients * args.hold / args.ping_interval)
+        result["sessions_min_during_hold"] = low
+        result["sessions_at_end"] = len(daemon.ctx.sessions)
+        result["dropped"] = args.clients - result["sessions_at_end"]
+        result["server_rss_end_mib"] = round(current_rss_mib(), 1)
+        errors = []
+        for p in procs:
+            p.stdin.close()
+            done = json.loads(await trio.to_thread.run_sync(p.stdout.readline))
+            errors += done.get("errors", [])
+            await trio.to_thread.run_sync(p.wait)
+        result["client_errors"] = errors[:10]
+        result["server_cpu_total_s"] = round(cpu_seconds(), 2)
+        result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
+        daemon.shutdown()
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clients", type=int, default=5000)
+    p.add_argument("--procs", type=int, default=2, help="client processes per protocol")
+    p.add_argument("--cluster", default="small")
+    p.add_argument("--hold", type=float, default=300.0, help="seconds to hold the clients")
+    p.add_argument("--ping-interval", type=float, default=10.0)
+    p.add_argument("--rate", type=float, default=5.0, help="churn writes/s while holding")
+    p.add_argument("--wake-interval", type=float, default=0.2)
+    report(trio.run(run, p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
