@@ -206,6 +206,19 @@ async def h2_idle(host: str, port: int, *, open_stream: bool = False,
     return outcome
 
 
+def h2_stalled_reader() -> bytes:
+    """A gRPC client's opening that grants no flow-control window (SETTINGS initial window
+    0) and then starts a felix Sync stream: the server can send it nothing."""
+    from trio_typha.protocols.grpc import typha_pb2 as pb
+
+    start = pb.SyncRequest(start=pb.SyncRequestStart(syncer_type="felix", hostname="stalled"))
+    payload = start.SerializeToString()
+    message = b"\x00" + len(payload).to_bytes(4, "big") + payload
+    settings = SettingsFrame(0, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+    return (PREFACE + settings.serialize() + _headers(hpack.Encoder(), 1)
+            + DataFrame(1, message).serialize())
+
+
 async def raw_bytes(host: str, port: int, data: bytes, *,
                     give_up_after: float = 600.0) -> Outcome:
     """Send ``data`` (a TLS ClientHello, an HTTP/1.1 request, ...); read until closed."""

@@ -1,0 +1,100 @@
+"""A loopback TCP proxy the chaos suite controls, between a daemon and its datastore.
+
+``blackhole()`` stops the server → client bytes of every connection open now (both stay
+open; the client sees silence, the gateway behind cannot buffer for it), while connections
+opened later work.  ``cut()`` closes every connection and refuses new ones until ``heal()``:
+nothing reaches the datastore, so it can be changed (and compacted) behind the watcher's back.
+"""
+
+from __future__ import annotations
+
+import trio
+
+
+class _Pair:
+    def __init__(self, client: trio.SocketStream, server: trio.SocketStream) -> None:
+        self.client = client
+        self.server = server
+        self.blackholed = False
+        self.scope = trio.CancelScope()
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.refusing = False
+        self._pairs: set[_Pair] = set()
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def connections(self) -> int:
+        return len(self._pairs)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            task_status.started()
+
+    def blackhole(self) -> int:
+        """Silence server → client on every open connection; returns how many."""
+        for pair in self._pairs:
+            pair.blackholed = True
+        return len(self._pairs)
+
+    def cut(self) -> int:
+        """Close every connection and refuse new ones until :meth:`heal`."""
+        self.refusing = True
+        n = len(self._pairs)
+        for pair in list(self._pairs):
+            pair.scope.cancel()
+        return n
+
+    def heal(self) -> None:
+        """Accept again, and drop the blackholed connections (their peers gave up)."""
+        self.refusing = False
+        for pair in list(self._pairs):
+            if pair.blackholed:
+                pair.scope.cancel()
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        if self.refusing:
+            await client.aclose()
+            return
+        try:
+            server = await trio.open_tcp_stream("127.0.0.1", self.upstream_port)
+        except OSError:
+            await client.aclose()
+            return
+        pair = _Pair(client, server)
+        self._pairs.add(pair)
+        try:
+            with pair.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._pump, client, server, pair, False)
+                    nursery.start_soon(self._pump, server, client, pair, True)
+        finally:
+            self._pairs.discard(pair)
+            await trio.aclose_forcefully(client)
+            await trio.aclose_forcefully(server)
+
+    @staticmethod
+    async def _pump(src: trio.SocketStream, dst: trio.SocketStream, pair: _Pair,
+                    downstream: bool) -> None:
+        try:
+            while True:
+                if downstream and pair.blackholed:
+                    await trio.sleep_forever()  # bytes pile up upstream; none reach the client
+                data = await src.receive_some(65536)
+                if not data:
+                    break
+                if downstream and pair.blackholed:
+                    await trio.sleep_forever()
+                await dst.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        pair.scope.cancel()

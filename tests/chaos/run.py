@@ -1,0 +1,484 @@
+"""The chaos run: a real etcd, a trio-typha replica reading it through a fault proxy, a fleet
+on both protocols, churn, and seeded faults; after each fault the invariant checker decides.
+
+Each fault is injected while churn runs, then healed; churn pauses and every holder (the
+replica's four caches and every agent) must converge on what the conversion layer derives
+from etcd's contents as read afresh (testbed/invariant.py).  A fault is survived if they do
+within the convergence budget; keys missing from a holder are keys lost, keys it holds that
+the datastore does not are phantom keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import resource
+import tempfile
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from testbed import hostile
+from testbed.invariant import NotConverged, Report, read_etcd, wait_converged
+from tests.chaos.proxy import FaultProxy
+from tests.etcd_server import EtcdServer, run_etcd
+from trio_typha.backoff import Backoff
+from trio_typha.client import grpc as grpc_client
+from trio_typha.client.typha import Connected, TyphaClient
+from trio_typha.client.view import SyncView
+from trio_typha.config import load_config
+from trio_typha.daemon import Daemon
+from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.model.kv import SYNCER_TYPES
+from trio_typha.protocols.grpc.status import GrpcError
+
+log = logging.getLogger("tests.chaos")
+
+V3 = "projectcalico.org/v3"
+CANARY = "canary"
+CONVERGE_WITHIN = 30.0
+
+
+# --- the fleet ------------------------------------------------------------------------------
+
+class GobAgent:
+    """Typha's gob protocol, reconnecting, as calico-node does."""
+
+    protocol = "typha"
+
+    def __init__(self, name: str, port: int, arrivals: dict[str, float] | None) -> None:
+        self.name = name
+        self.client = TyphaClient("127.0.0.1", port, syncer_type="felix", hostname=name,
+                                  reconnect=True, read_timeout=30,
+                                  backoff=Backoff(initial=0.05, maximum=0.5,
+                                                  random=random.Random(name).random))
+        self.arrivals = arrivals
+
+    @property
+    def kvs(self) -> dict[str, Any]:
+        return self.client.kvs
+
+    async def run(self) -> None:
+        async with self.client:
+            async for batch in self.client.batches():
+                if self.arrivals is not None:
+                    _note(self.arrivals, (u.key for u in batch.updates))
+
+
+class GrpcAgent:
+    """The gRPC Sync stream on trio_typha's own h2 client, reconnecting."""
+
+    protocol = "grpc"
+
+    def __init__(self, name: str, port: int, arrivals: dict[str, float] | None) -> None:
+        self.name = name
+        self.port = port
+        self.view = SyncView()
+        self.arrivals = arrivals
+
+    @property
+    def kvs(self) -> dict[str, Any]:
+        return self.view.kvs
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(GrpcError, OSError, trio.BrokenResourceError,
+                                     trio.ClosedResourceError):
+                stream = await grpc_client.open_stream("127.0.0.1", self.port)
+                async with stream:
+                    self.view = SyncView()
+                    async for event in grpc_client.sync(stream, "felix", hostname=self.name):
+                        grpc_client.apply_event(self.view, event)
+                        if self.arrivals is not None and isinstance(event,
+                                                                    grpc_client.Updates):
+                            _note(self.arrivals, (u.key for u in event.updates))
+            await trio.sleep(0.1)
+
+
+def _note(arrivals: dict[str, float], keys: Any) -> None:
+    now = trio.current_time()
+    for key in keys:
+        if CANARY in key:
+            arrivals.setdefault(key, now)
+
+
+# --- the report -----------------------------------------------------------------------------
+
+@dataclass
+class ChaosReport:
+    seed: int
+    faults_injected: int = 0
+    faults_survived: int = 0
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [injected, survived]
+    keys_checked: int = 0
+    keys_lost: int = 0
+    phantom_keys: int = 0
+    differing_values: int = 0
+    churn_writes: int = 0
+    max_rss_mib: float = 0.0
+    canary_rate_before: float = 0.0  # canary updates/s at one agent of each protocol
+    canary_rate_during_attacks: float = 0.0
+    #: canary writes/s that reached etcd in the same windows (the writer shares the process)
+    canary_written_before: float = 0.0
+    canary_written_during_attacks: float = 0.0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        return [
+            f"seed {self.seed}: faults injected {self.faults_injected}, "
+            f"survived {self.faults_survived}",
+            "by kind: " + ", ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(self.by_kind.items())),
+            f"keys checked {self.keys_checked}, keys lost {self.keys_lost}, "
+            f"phantom keys {self.phantom_keys}, differing values {self.differing_values}",
+            f"churn writes {self.churn_writes}, max RSS {self.max_rss_mib:.0f} MiB, "
+            f"{self.seconds:.0f} s",
+            f"canary update rate: {self.canary_rate_before:.1f}/s before, "
+            f"{self.canary_rate_during_attacks:.1f}/s during attacks (written: "
+            f"{self.canary_written_before:.1f}/s and {self.canary_written_during_attacks:.1f}/s)",
+            *(f"FAILED: {f}" for f in self.failures),
+        ]
+
+
+# --- the environment ------------------------------------------------------------------------
+
+class Chaos:
+    def __init__(self, etcd: EtcdServer, proxy: FaultProxy, rng: random.Random,
+                 nursery: trio.Nursery, *, agents_per_protocol: int) -> None:
+        self.etcd = etcd
+        self.proxy = proxy
+        self.rng = rng
+        self.nursery = nursery
+        self.agents_per_protocol = agents_per_protocol
+        self.port = 0
+        self.daemon: Daemon | None = None
+        self._replica_scope: trio.CancelScope | None = None
+        self.agents: list[GobAgent | GrpcAgent] = []
+        self.arrivals: dict[str, dict[str, float]] = {"typha": {}, "grpc": {}}
+        self.churning = trio.Event()
+        self.writes = 0
+        self.canaries = 0
+        self.canary_written: list[float] = []
+        self.attack_windows: list[tuple[float, float]] = []
+        self.cfg = load_config({}, config_file=None, overrides={
+            "DatastoreType": "etcdv3", "EtcdEndpoints": f"http://127.0.0.1:{proxy.port}",
+            "ServerHost": "127.0.0.1", "WatchStallTimeoutSecs": "1",
+            "ServerWriteTimeoutSecs": "3", "ServerHandshakeTimeoutSecs": "3",
+            "ServerH2IdleTimeoutSecs": "3", "ShutdownTimeoutSecs": "2",
+            "ShutdownConnectionDropIntervalMaxSecs": "0.01",
+            "SnapshotReuseAgeSecs": "0.2", "LogSeverityScreen": "WARNING"})
+
+    # -- the replica --
+
+    async def start_replica(self) -> None:
+        scope = trio.CancelScope()
+        self._replica_scope = scope
+
+        async def replica(task_status: trio.TaskStatus[Daemon]) -> None:
+            with scope:
+                await Daemon(self.cfg, listen_port=self.port).run(task_status=task_status)
+
+        self.daemon = await self.nursery.start(replica)
+        self.port = self.daemon.ports["server"]
+        with trio.fail_after(CONVERGE_WITHIN):
+            await self.daemon.wait_in_sync()
+
+    def kill_replica(self) -> None:
+        """Abrupt: every connection drops at once, nothing drains."""
+        assert self._replica_scope is not None
+        self._replica_scope.cancel()
+        self.daemon = None
+
+    async def stop_replica(self) -> None:
+        """The SIGTERM path: graceful drain (Daemon.shutdown is what the handler calls)."""
+        assert self.daemon is not None
+        daemon = self.daemon
+        daemon.shutdown()
+        with trio.fail_after(30):
+            while daemon.listening or len(daemon.connections):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        self.kill_replica()
+
+    # -- the fleet --
+
+    def start_fleet(self) -> None:
+        for i in range(self.agents_per_protocol):
+            for cls in (GobAgent, GrpcAgent):
+                arrivals = self.arrivals[cls.protocol] if i == 0 else None
+                agent = cls(f"{cls.protocol}-{i}", self.port, arrivals)
+                self.agents.append(agent)
+                self.nursery.start_soon(agent.run)
+
+    def holders(self) -> list[tuple[str, str, Any]]:
+        out: list[tuple[str, str, Any]] = []
+        if self.daemon is not None:
+            out += [(f"replica/{t}", t, self.daemon.pipelines[t]) for t in SYNCER_TYPES]
+        out += [(a.name, "felix", a) for a in self.agents]
+        return out
+
+    # -- datastore writes --
+
+    async def churn(self) -> None:
+        """Creates, updates and deletes network sets and policies at ~25 writes/s."""
+        async with self.etcd.client() as c:
+            while True:
+                await self.churning.wait()
+                with contextlib.suppress(httpx.HTTPError, gw.EtcdGatewayError):
+                    await self._one_write(c)
+                    self.writes += 1
+                await trio.sleep(0.04)
+
+    async def _one_write(self, c: Any) -> None:
+        rng = self.rng
+        i = rng.randrange(40)
+        if rng.random() < 0.25:
+            await c.delete(f"/calico/resources/v3/projectcalico.org/globalnetworksets/gns-{i}")
+        elif rng.random() < 0.8:
+            nets = [f"10.{i}.{rng.randrange(256)}.0/24" for _ in range(rng.randrange(1, 4))]
+            await c.put_resource(_v3("GlobalNetworkSet", f"gns-{i}", {"nets": nets},
+                                     labels={"gen": str(rng.randrange(1000))}))
+        else:
+            await c.put_resource(_v3("GlobalNetworkPolicy", f"gnp-{i % 8}", {
+                "order": rng.randrange(1000), "selector": f"gen == '{rng.randrange(9)}'",
+                "types": ["Ingress"], "ingress": [{"action": "Allow"}]}))
+
+    async def canary_writer(self) -> None:
+        async with self.etcd.client() as c:
+            while True:
+                await self.churning.wait()
+                with contextlib.suppress(httpx.HTTPError, gw.EtcdGatewayError):
+                    await c.put_resource(_v3("GlobalNetworkSet", f"{CANARY}-{self.canaries}",
+                                             {"nets": ["10.255.0.1/32"]}))
+                    self.canaries += 1
+                    self.canary_written.append(trio.current_time())
+                await trio.sleep(0.1)
+
+    @staticmethod
+    def rate(times: list[float], windows: list[tuple[float, float]]) -> float:
+        span = sum(b - a for a, b in windows)
+        return sum(any(a <= t < b for a, b in windows) for t in times) / span if span else 0.0
+
+    def canary_rate(self, windows: list[tuple[float, float]]) -> float:
+        """Canary keys first seen per second inside ``windows``, per agent (average of the
+        gob and the gRPC one)."""
+        span = sum(b - a for a, b in windows)
+        if span <= 0:
+            return 0.0
+        seen = [sum(any(a <= t < b for a, b in windows) for t in arr.values())
+                for arr in self.arrivals.values()]
+        return sum(seen) / len(seen) / span
+
+    async def converge(self) -> list[Report]:
+        endpoint = f"http://127.0.0.1:{self.etcd.client_port}"
+        return await wait_converged(lambda: read_etcd(endpoint), self.holders,
+                                    within=CONVERGE_WITHIN, interval=0.1)
+
+
+def _v3(kind: str, name: str, spec: dict[str, Any], *,
+        labels: dict[str, str] | None = None) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name,
+                          "uid": f"00000000-0000-4000-8000-{zlib.crc32(name.encode()):012d}",
+                          "creationTimestamp": "2025-01-01T00:00:00Z"}
+    if labels:
+        md["labels"] = labels
+    return {"apiVersion": V3, "kind": kind, "metadata": md, "spec": spec}
+
+
+# --- the faults -----------------------------------------------------------------------------
+
+Fault = Callable[[Chaos], Awaitable[None]]
+
+
+async def etcd_sigkill(env: Chaos) -> None:
+    """etcd SIGKILLed under churn, restarted on the same data a moment later."""
+    await env.etcd.kill()
+    await trio.sleep(env.rng.uniform(0.2, 1.0))
+    await env.etcd.start()
+    await trio.sleep(0.5)
+
+
+async def watch_blackhole(env: Chaos) -> None:
+    """Every open datastore connection goes silent (server -> client) while churn goes on;
+    new connections work: the replica must notice the silent watch and resume."""
+    env.proxy.blackhole()
+    await trio.sleep(env.rng.uniform(1.5, 3.0))
+    env.proxy.heal()
+
+
+async def cut_and_compact(env: Chaos) -> None:
+    """The replica's connection to etcd is cut; meanwhile etcd changes and is compacted past
+    the watcher's revision, so the watch cannot resume: it must relist."""
+    env.proxy.cut()
+    await trio.sleep(0.3)
+    async with env.etcd.client() as c:
+        for _ in range(10):
+            await env._one_write(c)
+            env.writes += 1
+        await c.compact(await c.revision())
+    await trio.sleep(env.rng.uniform(0.2, 0.8))
+    env.proxy.heal()
+
+
+async def replica_kill(env: Chaos) -> None:
+    """The replica is killed with agents connected, and restarted on the same port."""
+    env.kill_replica()
+    await trio.sleep(env.rng.uniform(0.1, 0.5))
+    await env.start_replica()
+
+
+async def sigterm_snapshot_storm(env: Chaos) -> None:
+    """Many agents connect at once (a snapshot storm); the replica is told to shut down in
+    the middle of it, drains, and is started again."""
+    async with trio.open_nursery() as storm:
+        for i in range(20):
+            agent = (GobAgent if i % 2 else GrpcAgent)(f"storm-{i}", env.port, None)
+            storm.start_soon(agent.run)
+        await trio.sleep(env.rng.uniform(0.05, 0.3))
+        await env.stop_replica()
+        storm.cancel_scope.cancel()
+    await env.start_replica()
+
+
+async def stalled_readers(env: Chaos) -> None:
+    """A gob client and an HTTP/2 client stop reading (the latter grants no window) while
+    churn goes on: both stay parked, bounded, and nobody else waits for them."""
+    stuck = TyphaClient("127.0.0.1", env.port, syncer_type="felix", hostname="stuck",
+                        compression=False, read_timeout=600)
+    h2 = None
+    try:
+        with trio.fail_after(10):
+            async for event in stuck:
+                if isinstance(event, Connected):
+                    break  # ... and never reads again
+        h2 = await trio.open_tcp_stream("127.0.0.1", env.port)
+        await h2.send_all(hostile.h2_stalled_reader())
+        await trio.sleep(env.rng.uniform(1.5, 3.0))
+    finally:
+        await stuck.aclose()
+        if h2 is not None:
+            await h2.aclose()
+
+
+async def adversarial_peers(env: Chaos) -> None:
+    """Every HTTP/2 flood, idle and silent peers, TLS and HTTP/1.x on the plain port, at
+    once, while the fleet is served."""
+    start = trio.current_time()
+    with trio.move_on_after(env.rng.uniform(1.5, 2.5)):
+        async with trio.open_nursery() as nursery:
+            for kind in hostile.Attack:
+                nursery.start_soon(_attack_loop, env, kind)
+            nursery.start_soon(hostile.h2_idle, "127.0.0.1", env.port)
+            nursery.start_soon(hostile.raw_bytes, "127.0.0.1", env.port,
+                               hostile.tls_client_hello())
+            nursery.start_soon(hostile.raw_bytes, "127.0.0.1", env.port, hostile.HTTP1_REQUEST)
+    env.attack_windows.append((start, trio.current_time()))
+
+
+async def _attack_loop(env: Chaos, kind: hostile.Attack) -> None:
+    while True:
+        with contextlib.suppress(OSError, trio.BrokenResourceError):
+            await hostile.h2_flood("127.0.0.1", env.port, kind, seconds=5)
+
+
+FAULTS: dict[str, Fault] = {
+    "etcd_sigkill": etcd_sigkill,
+    "watch_blackhole": watch_blackhole,
+    "cut_and_compact": cut_and_compact,
+    "replica_kill": replica_kill,
+    "sigterm_snapshot_storm": sigterm_snapshot_storm,
+    "stalled_readers": stalled_readers,
+    "adversarial_peers": adversarial_peers,
+}
+
+
+# --- the run --------------------------------------------------------------------------------
+
+async def run(faults: int, seed: int, *, agents_per_protocol: int = 3,
+              workdir: Path | None = None) -> ChaosReport:
+    rng = random.Random(seed)
+    report = ChaosReport(seed)
+    t0 = time.monotonic()
+    async with run_etcd(workdir) as etcd, trio.open_nursery() as nursery:
+        proxy = FaultProxy(etcd.client_port)
+        await nursery.start(proxy.serve)
+        env = Chaos(etcd, proxy, rng, nursery, agents_per_protocol=agents_per_protocol)
+        async with etcd.client() as c:
+            for _ in range(40):
+                await env._one_write(c)
+        await env.start_replica()
+        env.start_fleet()
+        nursery.start_soon(env.churn)
+        nursery.start_soon(env.canary_writer)
+        env.churning.set()
+        await env.converge()
+        baseline = (trio.current_time(), trio.current_time() + 2.0)
+        await trio.sleep(2.0)
+        kinds = list(FAULTS)
+        for n in range(faults):
+            # Every kind once in each round, in a seeded order.
+            if n % len(kinds) == 0:
+                rng.shuffle(kinds)
+            kind = kinds[n % len(kinds)]
+            counts = report.by_kind.setdefault(kind, [0, 0])
+            counts[0] += 1
+            report.faults_injected += 1
+            env.churning.set()
+            await FAULTS[kind](env)
+            env.churning = trio.Event()  # pause churn: the datastore must go quiet to judge
+            try:
+                reports = await env.converge()
+            except NotConverged as exc:
+                _tally(report, exc.reports, failed=True)
+                report.failures.append(f"fault {n} {kind}: {str(exc)[:2000]}")
+                log.error("fault %d (%s) not survived:\n%s", n, kind, exc)
+            else:
+                _tally(report, reports, failed=False)
+                report.faults_survived += 1
+                counts[1] += 1
+            report.max_rss_mib = max(report.max_rss_mib, _rss_peak_mib())
+        report.churn_writes = env.writes
+        report.canary_rate_before = env.canary_rate([baseline])
+        report.canary_rate_during_attacks = env.canary_rate(env.attack_windows)
+        report.canary_written_before = env.rate(env.canary_written, [baseline])
+        report.canary_written_during_attacks = env.rate(env.canary_written, env.attack_windows)
+        nursery.cancel_scope.cancel()
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _tally(report: ChaosReport, reports: list[Report], *, failed: bool) -> None:
+    for r in reports:
+        report.keys_checked += r.expected_keys
+        if failed:
+            report.keys_lost += r.missing
+            report.phantom_keys += r.extra
+            report.differing_values += r.differing
+
+
+def _rss_peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def print_report(report: ChaosReport, *, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print("\n".join(report.lines()))
+
+
+def main(faults: int, seed: int, *, agents: int, as_json: bool) -> int:
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        report = trio.run(lambda: run(faults, seed, agents_per_protocol=agents,
+                                      workdir=Path(tmp)))
+    print_report(report, as_json=as_json)
+    ok = (report.faults_survived == report.faults_injected and not report.keys_lost
+          and not report.phantom_keys and not report.differing_values)
+    return 0 if ok else 1
