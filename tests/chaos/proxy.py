@@ -4,11 +4,30 @@
 open; the client sees silence, the gateway behind cannot buffer for it), while connections
 opened later work.  ``cut()`` closes every connection and refuses new ones until ``heal()``:
 nothing reaches the datastore, so it can be changed (and compacted) behind the watcher's back.
+``inject(status, reason)`` (HTTP datastores) closes every connection and answers each request
+on a new one with that error (a Kubernetes ``Status``; ``Retry-After`` for 429) until
+``heal()``.
 """
 
 from __future__ import annotations
 
+import json
+
 import trio
+
+_REASONS = {410: "Gone", 429: "Too Many Requests", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+
+
+def error_response(status: int, reason: str, retry_after: int | None = None) -> bytes:
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                       "status": "Failure", "message": f"injected by the chaos proxy: {reason}",
+                       "reason": reason, "code": status}).encode()
+    head = [f"HTTP/1.1 {status} {_REASONS.get(status, reason)}", "Content-Type: application/json",
+            f"Content-Length: {len(body)}", "Connection: close"]
+    if retry_after is not None:
+        head.append(f"Retry-After: {retry_after}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
 class _Pair:
@@ -24,6 +43,8 @@ class FaultProxy:
         self.upstream_port = upstream_port
         self.port = 0
         self.refusing = False
+        self.injecting: bytes | None = None  # the canned answer to every request
+        self.injected = 0
         self._pairs: set[_Pair] = set()
         self._nursery: trio.Nursery | None = None
 
@@ -54,9 +75,16 @@ class FaultProxy:
             pair.scope.cancel()
         return n
 
+    def inject(self, status: int, reason: str, *, retry_after: int | None = None) -> None:
+        """Close every connection; answer every request on a new one with ``status``."""
+        self.injecting = error_response(status, reason, retry_after)
+        for pair in list(self._pairs):
+            pair.scope.cancel()
+
     def heal(self) -> None:
         """Accept again, and drop the blackholed connections (their peers gave up)."""
         self.refusing = False
+        self.injecting = None
         for pair in list(self._pairs):
             if pair.blackholed:
                 pair.scope.cancel()
@@ -64,6 +92,9 @@ class FaultProxy:
     async def _handle(self, client: trio.SocketStream) -> None:
         if self.refusing:
             await client.aclose()
+            return
+        if self.injecting is not None:
+            await self._answer(client, self.injecting)
             return
         try:
             server = await trio.open_tcp_stream("127.0.0.1", self.upstream_port)
@@ -81,6 +112,23 @@ class FaultProxy:
             self._pairs.discard(pair)
             await trio.aclose_forcefully(client)
             await trio.aclose_forcefully(server)
+
+    async def _answer(self, client: trio.SocketStream, response: bytes) -> None:
+        """Read one request head, answer it with ``response``, close."""
+        head = b""
+        with trio.move_on_after(5):
+            try:
+                while b"\r\n\r\n" not in head and len(head) < 65536:
+                    data = await client.receive_some(65536)
+                    if not data:
+                        break
+                    head += data
+                if head:
+                    await client.send_all(response)
+                    self.injected += 1
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        await trio.aclose_forcefully(client)
 
     @staticmethod
     async def _pump(src: trio.SocketStream, dst: trio.SocketStream, pair: _Pair,

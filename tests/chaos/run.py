@@ -18,18 +18,27 @@ import resource
 import tempfile
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import trio
 
 from testbed import hostile
-from testbed.invariant import NotConverged, Report, read_etcd, wait_converged
+from testbed.apiserver import ApiServer, open_apiserver
+from testbed.churn import api_client
+from testbed.invariant import (
+    DatastoreContents,
+    NotConverged,
+    Report,
+    read_etcd,
+    read_kubernetes,
+    wait_converged,
+)
 from tests.chaos.proxy import FaultProxy
-from tests.etcd_server import EtcdServer, run_etcd
+from tests.etcd_server import EtcdClient, EtcdServer, run_etcd
 from trio_typha.backoff import Backoff
 from trio_typha.client import grpc as grpc_client
 from trio_typha.client.typha import Connected, TyphaClient
@@ -37,6 +46,12 @@ from trio_typha.client.view import SyncView
 from trio_typha.config import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.datastore.base import Datastore
+from trio_typha.datastore.k8s_config import load_kube_client_config
+from trio_typha.datastore.k8s_watch import WatchTuning
+from trio_typha.datastore.kubernetes import open_kubernetes_datastore
+from trio_typha.model import kinds as K
+from trio_typha.model.kinds import CALICO_CRD_GROUP
 from trio_typha.model.kv import SYNCER_TYPES
 from trio_typha.protocols.grpc.status import GrpcError
 
@@ -115,6 +130,7 @@ def _note(arrivals: dict[str, float], keys: Any) -> None:
 @dataclass
 class ChaosReport:
     seed: int
+    datastore: str = "etcd"
     faults_injected: int = 0
     faults_survived: int = 0
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [injected, survived]
@@ -132,9 +148,29 @@ class ChaosReport:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
 
+    @classmethod
+    def merged(cls, parts: list[ChaosReport]) -> ChaosReport:
+        """One report for runs against several datastores (rates: weighted by nothing, the
+        mean of the parts)."""
+        out = cls(parts[0].seed, "+".join(p.datastore for p in parts))
+        for p in parts:
+            for name in ("faults_injected", "faults_survived", "keys_checked", "keys_lost",
+                         "phantom_keys", "differing_values", "churn_writes", "seconds"):
+                setattr(out, name, getattr(out, name) + getattr(p, name))
+            for kind, (injected, survived) in p.by_kind.items():
+                mine = out.by_kind.setdefault(f"{p.datastore}:{kind}", [0, 0])
+                mine[0] += injected
+                mine[1] += survived
+            out.failures += p.failures
+            out.max_rss_mib = max(out.max_rss_mib, p.max_rss_mib)
+        for name in ("canary_rate_before", "canary_rate_during_attacks",
+                     "canary_written_before", "canary_written_during_attacks"):
+            setattr(out, name, sum(getattr(p, name) for p in parts) / len(parts))
+        return out
+
     def lines(self) -> list[str]:
         return [
-            f"seed {self.seed}: faults injected {self.faults_injected}, "
+            f"{self.datastore}, seed {self.seed}: faults injected {self.faults_injected}, "
             f"survived {self.faults_survived}",
             "by kind: " + ", ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(self.by_kind.items())),
             f"keys checked {self.keys_checked}, keys lost {self.keys_lost}, "
@@ -151,9 +187,9 @@ class ChaosReport:
 # --- the environment ------------------------------------------------------------------------
 
 class Chaos:
-    def __init__(self, etcd: EtcdServer, proxy: FaultProxy, rng: random.Random,
+    def __init__(self, backend: Backend, proxy: FaultProxy, rng: random.Random,
                  nursery: trio.Nursery, *, agents_per_protocol: int) -> None:
-        self.etcd = etcd
+        self.backend = backend
         self.proxy = proxy
         self.rng = rng
         self.nursery = nursery
@@ -169,7 +205,7 @@ class Chaos:
         self.canary_written: list[float] = []
         self.attack_windows: list[tuple[float, float]] = []
         self.cfg = load_config({}, config_file=None, overrides={
-            "DatastoreType": "etcdv3", "EtcdEndpoints": f"http://127.0.0.1:{proxy.port}",
+            **backend.replica_params(proxy.port),
             "ServerHost": "127.0.0.1", "WatchStallTimeoutSecs": "1",
             "ServerWriteTimeoutSecs": "3", "ServerHandshakeTimeoutSecs": "3",
             "ServerH2IdleTimeoutSecs": "3", "ShutdownTimeoutSecs": "2",
@@ -184,7 +220,9 @@ class Chaos:
 
         async def replica(task_status: trio.TaskStatus[Daemon]) -> None:
             with scope:
-                await Daemon(self.cfg, listen_port=self.port).run(task_status=task_status)
+                async with self.backend.replica_datastore(self.proxy.port) as datastore:
+                    await Daemon(self.cfg, datastore=datastore,
+                                 listen_port=self.port).run(task_status=task_status)
 
         self.daemon = await self.nursery.start(replica)
         self.port = self.daemon.ports["server"]
@@ -227,39 +265,22 @@ class Chaos:
     # -- datastore writes --
 
     async def churn(self) -> None:
-        """Creates, updates and deletes network sets and policies at ~25 writes/s."""
-        async with self.etcd.client() as c:
-            while True:
-                await self.churning.wait()
-                with contextlib.suppress(httpx.HTTPError, gw.EtcdGatewayError):
-                    await self._one_write(c)
-                    self.writes += 1
-                await trio.sleep(0.04)
-
-    async def _one_write(self, c: Any) -> None:
-        rng = self.rng
-        i = rng.randrange(40)
-        if rng.random() < 0.25:
-            await c.delete(f"/calico/resources/v3/projectcalico.org/globalnetworksets/gns-{i}")
-        elif rng.random() < 0.8:
-            nets = [f"10.{i}.{rng.randrange(256)}.0/24" for _ in range(rng.randrange(1, 4))]
-            await c.put_resource(_v3("GlobalNetworkSet", f"gns-{i}", {"nets": nets},
-                                     labels={"gen": str(rng.randrange(1000))}))
-        else:
-            await c.put_resource(_v3("GlobalNetworkPolicy", f"gnp-{i % 8}", {
-                "order": rng.randrange(1000), "selector": f"gen == '{rng.randrange(9)}'",
-                "types": ["Ingress"], "ingress": [{"action": "Allow"}]}))
+        """Creates, updates and deletes policies and network sets at ~25 writes/s."""
+        while True:
+            await self.churning.wait()
+            with contextlib.suppress(*self.backend.write_errors):
+                await self.backend.write(self.rng)
+                self.writes += 1
+            await trio.sleep(0.04)
 
     async def canary_writer(self) -> None:
-        async with self.etcd.client() as c:
-            while True:
-                await self.churning.wait()
-                with contextlib.suppress(httpx.HTTPError, gw.EtcdGatewayError):
-                    await c.put_resource(_v3("GlobalNetworkSet", f"{CANARY}-{self.canaries}",
-                                             {"nets": ["10.255.0.1/32"]}))
-                    self.canaries += 1
-                    self.canary_written.append(trio.current_time())
-                await trio.sleep(0.1)
+        while True:
+            await self.churning.wait()
+            with contextlib.suppress(*self.backend.write_errors):
+                await self.backend.canary(f"{CANARY}-{self.canaries}")
+                self.canaries += 1
+                self.canary_written.append(trio.current_time())
+            await trio.sleep(0.1)
 
     @staticmethod
     def rate(times: list[float], windows: list[tuple[float, float]]) -> float:
@@ -277,9 +298,127 @@ class Chaos:
         return sum(seen) / len(seen) / span
 
     async def converge(self) -> list[Report]:
-        endpoint = f"http://127.0.0.1:{self.etcd.client_port}"
-        return await wait_converged(lambda: read_etcd(endpoint), self.holders,
+        return await wait_converged(self.backend.read, self.holders,
                                     within=CONVERGE_WITHIN, interval=0.1)
+
+
+# --- the datastores -------------------------------------------------------------------------
+
+class Backend(Protocol):
+    """What the run needs from a datastore: its port (behind the proxy), a replica's
+    datastore, writes, a fresh read of its contents, and its own faults."""
+
+    name: str
+    upstream_port: int
+    write_errors: tuple[type[BaseException], ...]
+    faults: dict[str, Fault]
+
+    def replica_params(self, proxy_port: int) -> dict[str, str]: ...
+
+    def replica_datastore(self, proxy_port: int
+                          ) -> contextlib.AbstractAsyncContextManager[Datastore | None]: ...
+
+    async def write(self, rng: random.Random) -> None: ...
+
+    async def canary(self, name: str) -> None: ...
+
+    def read(self) -> DatastoreContents: ...
+
+
+class EtcdBackend:
+    """A real etcd; the replica watches it over its JSON gateway through the proxy."""
+
+    name = "etcd"
+    write_errors = (httpx.HTTPError, gw.EtcdGatewayError)
+
+    def __init__(self, etcd: EtcdServer, client: EtcdClient) -> None:
+        self.etcd = etcd
+        self.client = client
+        self.upstream_port = etcd.client_port
+        self.faults = {"etcd_sigkill": etcd_sigkill, "watch_blackhole": watch_blackhole,
+                       "cut_and_compact": cut_and_compact}
+
+    def replica_params(self, proxy_port: int) -> dict[str, str]:
+        return {"DatastoreType": "etcdv3", "EtcdEndpoints": f"http://127.0.0.1:{proxy_port}"}
+
+    @contextlib.asynccontextmanager
+    async def replica_datastore(self, proxy_port: int) -> AsyncIterator[Datastore | None]:
+        yield None  # the daemon builds it from EtcdEndpoints
+
+    async def write(self, rng: random.Random) -> None:
+        c = self.client
+        i = rng.randrange(40)
+        if rng.random() < 0.25:
+            await c.delete(f"/calico/resources/v3/projectcalico.org/globalnetworksets/gns-{i}")
+        elif rng.random() < 0.8:
+            nets = [f"10.{i}.{rng.randrange(256)}.0/24" for _ in range(rng.randrange(1, 4))]
+            await c.put_resource(_v3("GlobalNetworkSet", f"gns-{i}", {"nets": nets},
+                                     labels={"gen": str(rng.randrange(1000))}))
+        else:
+            await c.put_resource(_v3("GlobalNetworkPolicy", f"gnp-{i % 8}", {
+                "order": rng.randrange(1000), "selector": f"gen == '{rng.randrange(9)}'",
+                "types": ["Ingress"], "ingress": [{"action": "Allow"}]}))
+
+    async def canary(self, name: str) -> None:
+        await self.client.put_resource(_v3("GlobalNetworkSet", name, {"nets": ["10.255.0.1/32"]}))
+
+    def read(self) -> DatastoreContents:
+        return read_etcd(f"http://127.0.0.1:{self.etcd.client_port}")
+
+
+class KddBackend:
+    """The test bed's Kubernetes API server (real HTTP, the official client reads it); the
+    replica list-watches it through the proxy."""
+
+    name = "kdd"
+    write_errors = ()
+
+    def __init__(self, srv: ApiServer, workdir: Path, api_client: Any) -> None:
+        self.srv = srv
+        self.workdir = workdir
+        self.api_client = api_client
+        self.upstream_port = int(srv.url.rsplit(":", 1)[1])
+        self.faults = {"api_drop_watches": api_drop_watches, "api_410": api_gone,
+                       "api_500": api_500, "api_429": api_429,
+                       "watch_blackhole": watch_blackhole}
+
+    def replica_params(self, proxy_port: int) -> dict[str, str]:
+        return {"DatastoreType": "kubernetes"}
+
+    @contextlib.asynccontextmanager
+    async def replica_datastore(self, proxy_port: int) -> AsyncIterator[Datastore | None]:
+        doc = self.srv.kubeconfig()
+        doc["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{proxy_port}"
+        path = self.workdir / "proxied-kubeconfig"
+        path.write_text(json.dumps(doc))  # YAML is a superset of JSON
+        config = load_kube_client_config({"KUBECONFIG": str(path),
+                                          "CALICO_API_GROUP": f"{CALICO_CRD_GROUP}/v1"})
+        async with open_kubernetes_datastore(config, tuning=WatchTuning(
+                backoff_initial=0.05, backoff_max=1.0, min_watch_interval=0.05,
+                stall_deadline=1.0)) as ds:
+            yield ds
+
+    async def write(self, rng: random.Random) -> None:
+        i = rng.randrange(40)
+        store = self.srv.store
+        if rng.random() < 0.25:
+            if store.get(K.K8S_NETWORK_POLICY, "default", f"np-{i}") is not None:
+                store.delete(K.K8S_NETWORK_POLICY, "default", f"np-{i}")
+        else:
+            store.put(K.K8S_NETWORK_POLICY, _k8s_policy(f"np-{i}", rng.randrange(1, 65535)))
+
+    async def canary(self, name: str) -> None:
+        self.srv.store.put(K.K8S_NETWORK_POLICY, _k8s_policy(name, 443))
+
+    def read(self) -> DatastoreContents:
+        return read_kubernetes(self.api_client, calico_group=CALICO_CRD_GROUP)
+
+
+def _k8s_policy(name: str, port: int) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"podSelector": {"matchLabels": {"app": name}}, "policyTypes": ["Ingress"],
+                     "ingress": [{"ports": [{"protocol": "TCP", "port": port}]}]}}
 
 
 def _v3(kind: str, name: str, spec: dict[str, Any], *,
@@ -299,9 +438,10 @@ Fault = Callable[[Chaos], Awaitable[None]]
 
 async def etcd_sigkill(env: Chaos) -> None:
     """etcd SIGKILLed under churn, restarted on the same data a moment later."""
-    await env.etcd.kill()
+    etcd = env.backend.etcd  # type: ignore[attr-defined]
+    await etcd.kill()
     await trio.sleep(env.rng.uniform(0.2, 1.0))
-    await env.etcd.start()
+    await etcd.start()
     await trio.sleep(0.5)
 
 
@@ -318,11 +458,12 @@ async def cut_and_compact(env: Chaos) -> None:
     the watcher's revision, so the watch cannot resume: it must relist."""
     env.proxy.cut()
     await trio.sleep(0.3)
-    async with env.etcd.client() as c:
-        for _ in range(10):
-            await env._one_write(c)
-            env.writes += 1
-        await c.compact(await c.revision())
+    backend = env.backend
+    assert isinstance(backend, EtcdBackend)
+    for _ in range(10):
+        await backend.write(env.rng)
+        env.writes += 1
+    await backend.client.compact(await backend.client.revision())
     await trio.sleep(env.rng.uniform(0.2, 0.8))
     env.proxy.heal()
 
@@ -388,10 +529,40 @@ async def _attack_loop(env: Chaos, kind: hostile.Attack) -> None:
             await hostile.h2_flood("127.0.0.1", env.port, kind, seconds=5)
 
 
+async def api_drop_watches(env: Chaos) -> None:
+    """The API server ends every watch abruptly (a restart), twice in a row."""
+    srv = env.backend.srv  # type: ignore[attr-defined]
+    for _ in range(2):
+        srv.drop_watches(abrupt=True)
+        await trio.sleep(env.rng.uniform(0.2, 0.6))
+
+
+async def api_gone(env: Chaos) -> None:
+    """The API server compacts its history and drops the watches: resuming answers 410
+    Gone, so the replica must relist (sending only the differences)."""
+    srv = env.backend.srv  # type: ignore[attr-defined]
+    await trio.sleep(env.rng.uniform(0.2, 0.5))  # some churn first
+    srv.compact()
+    srv.drop_watches(abrupt=env.rng.random() < 0.5)
+    await trio.sleep(0.5)
+
+
+async def api_500(env: Chaos) -> None:
+    """Lists and watches answer 500 for a while (the connections are cut first)."""
+    env.proxy.inject(500, "InternalError")
+    await trio.sleep(env.rng.uniform(0.5, 1.5))
+    env.proxy.heal()
+
+
+async def api_429(env: Chaos) -> None:
+    """Requests answer 429 Too Many Requests with Retry-After: 1 for a while."""
+    env.proxy.inject(429, "TooManyRequests", retry_after=1)
+    await trio.sleep(env.rng.uniform(0.5, 1.5))
+    env.proxy.heal()
+
+
+#: Faults that need no particular datastore.
 FAULTS: dict[str, Fault] = {
-    "etcd_sigkill": etcd_sigkill,
-    "watch_blackhole": watch_blackhole,
-    "cut_and_compact": cut_and_compact,
     "replica_kill": replica_kill,
     "sigterm_snapshot_storm": sigterm_snapshot_storm,
     "stalled_readers": stalled_readers,
@@ -401,18 +572,35 @@ FAULTS: dict[str, Fault] = {
 
 # --- the run --------------------------------------------------------------------------------
 
-async def run(faults: int, seed: int, *, agents_per_protocol: int = 3,
-              workdir: Path | None = None) -> ChaosReport:
+async def run(faults: int, seed: int, *, datastore: str = "etcd",
+              agents_per_protocol: int = 3, workdir: Path | None = None) -> ChaosReport:
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
+    async with contextlib.AsyncExitStack() as stack:
+        backend: Backend
+        if datastore == "etcd":
+            etcd = await stack.enter_async_context(run_etcd(workdir))
+            client = await stack.enter_async_context(etcd.client())
+            backend = EtcdBackend(etcd, client)
+        else:
+            srv = await stack.enter_async_context(
+                open_apiserver(calico_groups=(CALICO_CRD_GROUP,)))
+            api = stack.enter_context(api_client(srv.kubeconfig_path(workdir)))
+            backend = KddBackend(srv, workdir, api)
+        return await _run(backend, faults, seed, agents_per_protocol)
+
+
+async def _run(backend: Backend, faults: int, seed: int, agents_per_protocol: int
+               ) -> ChaosReport:
     rng = random.Random(seed)
-    report = ChaosReport(seed)
+    report = ChaosReport(seed, backend.name)
     t0 = time.monotonic()
-    async with run_etcd(workdir) as etcd, trio.open_nursery() as nursery:
-        proxy = FaultProxy(etcd.client_port)
+    catalogue = {**backend.faults, **FAULTS}
+    async with trio.open_nursery() as nursery:
+        proxy = FaultProxy(backend.upstream_port)
         await nursery.start(proxy.serve)
-        env = Chaos(etcd, proxy, rng, nursery, agents_per_protocol=agents_per_protocol)
-        async with etcd.client() as c:
-            for _ in range(40):
-                await env._one_write(c)
+        env = Chaos(backend, proxy, rng, nursery, agents_per_protocol=agents_per_protocol)
+        for _ in range(40):
+            await backend.write(rng)
         await env.start_replica()
         env.start_fleet()
         nursery.start_soon(env.churn)
@@ -421,7 +609,7 @@ async def run(faults: int, seed: int, *, agents_per_protocol: int = 3,
         await env.converge()
         baseline = (trio.current_time(), trio.current_time() + 2.0)
         await trio.sleep(2.0)
-        kinds = list(FAULTS)
+        kinds = list(catalogue)
         for n in range(faults):
             # Every kind once in each round, in a seeded order.
             if n % len(kinds) == 0:
@@ -431,7 +619,7 @@ async def run(faults: int, seed: int, *, agents_per_protocol: int = 3,
             counts[0] += 1
             report.faults_injected += 1
             env.churning.set()
-            await FAULTS[kind](env)
+            await catalogue[kind](env)
             env.churning = trio.Event()  # pause churn: the datastore must go quiet to judge
             try:
                 reports = await env.converge()
@@ -474,10 +662,27 @@ def print_report(report: ChaosReport, *, as_json: bool = False) -> None:
         print("\n".join(report.lines()))
 
 
-def main(faults: int, seed: int, *, agents: int, as_json: bool) -> int:
+async def run_both(faults: int, seed: int, *, agents_per_protocol: int = 3,
+                   workdir: Path | None = None) -> ChaosReport:
+    """Half the faults against etcd, the rest against the Kubernetes API; one report."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
+    parts = []
+    for datastore, n in (("etcd", faults // 2), ("kdd", faults - faults // 2)):
+        sub = workdir / datastore
+        sub.mkdir(exist_ok=True)
+        parts.append(await run(n, seed, datastore=datastore,
+                               agents_per_protocol=agents_per_protocol, workdir=sub))
+    return ChaosReport.merged(parts)
+
+
+def main(faults: int, seed: int, *, datastore: str, agents: int, as_json: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
-        report = trio.run(lambda: run(faults, seed, agents_per_protocol=agents,
-                                      workdir=Path(tmp)))
+        if datastore == "both":
+            report = trio.run(lambda: run_both(faults, seed, agents_per_protocol=agents,
+                                               workdir=Path(tmp)))
+        else:
+            report = trio.run(lambda: run(faults, seed, datastore=datastore,
+                                          agents_per_protocol=agents, workdir=Path(tmp)))
     print_report(report, as_json=as_json)
     ok = (report.faults_survived == report.faults_injected and not report.keys_lost
           and not report.phantom_keys and not report.differing_values)
