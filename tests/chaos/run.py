@@ -605,8 +605,8 @@ async def _run(backend: Backend, faults: int, seed: int, agents_per_protocol: in
         env.start_fleet()
         nursery.start_soon(env.churn)
         nursery.start_soon(env.canary_writer)
+        await env.converge()  # before any churn: the fleet has its first snapshot
         env.churning.set()
-        await env.converge()
         baseline = (trio.current_time(), trio.current_time() + 2.0)
         await trio.sleep(2.0)
         kinds = list(catalogue)
