@@ -13,7 +13,7 @@ import socket
 import pytest
 import trio
 
-from trio_typha.datastore.crosscheck import until_stalled
+from trio_typha.datastore.crosscheck import delivering, until_stalled
 from trio_typha.datastore.stall import (
     StallCheck,
     Verdict,
@@ -164,3 +164,22 @@ async def test_unanswered_probes_never_stall_but_the_age_grows(
         pytest.fail("stalled without evidence")
     (state,) = board.states()
     assert state.stale and state.age >= 300
+
+
+async def test_a_full_pipeline_is_not_a_silent_stream(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """While the watcher is blocked handing events downstream it reads nothing, and the
+    datastore moves on; that must not tear the stream down."""
+    check = StallCheck(DEADLINE, trio.current_time())
+    model = Model(check)
+    model.stalled = True  # the stream delivers nothing while we are busy...
+    with trio.move_on_after(300):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(until_stalled, check, model.probe, "felix/pods")
+            with delivering(check):  # ...because the pipeline is full
+                for _ in range(30):
+                    model.write()
+                    await trio.sleep(10)
+            assert check.last_progress == trio.current_time() and not check.suspect
+            nursery.cancel_scope.cancel()
+    assert model.probes == 0

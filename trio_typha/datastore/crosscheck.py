@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 import trio
 
 from .stall import StallCheck, Verdict, WatchStalled
 
 Probe = Callable[[], Awaitable[bool | None]]
+
+
+@contextmanager
+def delivering(check: StallCheck) -> Iterator[None]:
+    """Around handing a stream's events downstream: time blocked on a full pipeline is not
+    the stream's silence, and getting back to reading counts as progress."""
+    check.paused = True
+    try:
+        yield
+    finally:
+        check.paused = False
+        check.progressed(trio.current_time())
 
 
 async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchStalled:
@@ -24,7 +37,9 @@ async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchSt
     while True:
         await trio.sleep_until(max(check.last_progress + check.interval, next_probe))
         if not check.due(trio.current_time()):
-            continue  # the stream delivered meanwhile
+            if check.paused:  # busy downstream: look again an interval later
+                next_probe = trio.current_time() + check.interval
+            continue  # (or the stream delivered meanwhile)
         missed: bool | None = None
         with trio.move_on_after(check.interval):
             missed = await probe()

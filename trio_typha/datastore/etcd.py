@@ -39,7 +39,7 @@ from ..backoff import Backoff
 from ..model.kinds import ResourceKind
 from . import etcd_gateway as gw
 from .base import Connection, DatastoreEvent
-from .crosscheck import until_stalled
+from .crosscheck import delivering, until_stalled
 from .etcd_config import EtcdConfig, EtcdParams, etcd_config_from_params
 from .etcd_layout import kind_prefix, watch_span
 from .etcd_state import EtcdSyncState
@@ -315,8 +315,9 @@ class _Watcher:
                         self.state.compacted(msg.compact_revision)
                         return
                     raise gw.EtcdGatewayError(f"watch canceled: {msg.cancel_reason or 'no reason'}")
-                for ev in self.state.watched(msg):
-                    await self.send.send(ev)
+                with delivering(self.check):
+                    for ev in self.state.watched(msg):
+                        await self.send.send(ev)
         raise gw.EtcdProtocolError("etcd ended the watch stream")
 
 

@@ -38,7 +38,7 @@ import trio
 from ..backoff import Backoff
 from ..model.kinds import ResourceKind
 from .base import Connection, DatastoreEvent
-from .crosscheck import until_stalled
+from .crosscheck import delivering, until_stalled
 from .k8s_api import ApiError, KubeApi
 from .k8s_reflector import KindReflector, WatchErrorEvent
 from .k8s_stream import MalformedResponse
@@ -185,8 +185,8 @@ class KindWatcher:
                     await nursery.start(self._cross_check, stalled, nursery.cancel_scope)
                     try:
                         async for event in events:
-                            self.check.progressed(trio.current_time())
-                            await self._emit(self.reflector.watched(event))
+                            with delivering(self.check):
+                                await self._emit(self.reflector.watched(event))
                             if not progressed:
                                 progressed = True
                                 self._errors_at_rv = 0

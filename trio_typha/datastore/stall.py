@@ -95,6 +95,9 @@ class StallCheck:
         self.last_delivery = now  # the stream's own traffic, for the WARNING
         #: no stream runs, and rightly so (the kind is not served): nothing can go stale
         self.dormant = False
+        #: the watcher is handing events downstream and not reading the stream: a full
+        #: pipeline must not look like a silent stream
+        self.paused = False
         self._suspect_since: float | None = None
 
     def progressed(self, now: float) -> None:
@@ -104,9 +107,12 @@ class StallCheck:
 
     def due(self, now: float) -> bool:
         """Whether the stream has been silent long enough to be cross-checked."""
-        return now >= self.last_progress + self.interval  # the sum the caller sleeps until
+        # (The same sum the caller sleeps until, so float rounding cannot disagree.)
+        return not self.paused and now >= self.last_progress + self.interval
 
     def probed(self, missed: bool | None, now: float) -> Verdict:
+        if self.paused:  # the answer is about a stream we were not reading meanwhile
+            return Verdict.SUSPECT if self._suspect_since is not None else Verdict.FRESH
         if missed is None:
             return Verdict.SUSPECT if self._suspect_since is not None else Verdict.FRESH
         if not missed:
