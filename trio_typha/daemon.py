@@ -31,7 +31,7 @@ from .datastore.stall import WatchBoard, WatchState
 from .model.kinds import CALICO_V3_GROUP
 from .model.kv import SYNCER_TYPES, SyncStatus
 from .model.syncers import DatastoreMode, syncer_definition
-from .observe.health import Health, Report
+from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
 from .observe.livefeed import FEED_PATH, ReplicaSampler, serve_feed
 from .observe.metrics import Metrics
@@ -251,17 +251,22 @@ class Daemon:
                     pipeline = SyncerPipeline(definition, self.datastore, feed,
                                               validator=validator, metrics=self.metrics)
                 self.pipelines[syncer_type] = pipeline
+                heartbeat = getattr(pipeline, "heartbeat", None)  # workers' replicas: none
                 self.health.register(f"{syncer_type}-cache",
-                                     lambda p=pipeline: self._cache_report(p))
+                                     lambda p=pipeline: self._cache_report(p),
+                                     timeout=REPORT_TIMEOUT, heartbeat=heartbeat)
                 await nursery.start(pipeline.run)
-            self.health.register("SyncServer", self._server_report)
-            await nursery.start(self._serve_sync)
-            if cfg.server_workers > 1 and self.upstream is None:
-                await nursery.start(self._run_workers)
             self.governor = Governor(
                 self.connections, limit=cfg.effective("MaxConnectionsUpperLimit"),
                 interval=cfg.effective("ConnectionDropIntervalSecs"),
                 on_drop=self.metrics.connections_dropped.inc)
+            # Typha: the governor loop refreshes SyncServer's liveness (20 s timeout).
+            self.health.register("SyncServer", self._server_report,
+                                 timeout=max(REPORT_TIMEOUT, 2 * self.governor.interval),
+                                 heartbeat=self.governor.heartbeat)
+            await nursery.start(self._serve_sync)
+            if cfg.server_workers > 1 and self.upstream is None:
+                await nursery.start(self._run_workers)
             await nursery.start(self.governor.run)
             if self._rebalance_api is not None:
                 log.info("Kubernetes connection rebalancing is enabled, starting k8s poll task.")

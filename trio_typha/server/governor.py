@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import trio
 
+from ..observe.health import Heartbeat
 from .connections import ConnectionRegistry
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class Governor:
         self.limit = limit
         self.interval = interval
         self.on_drop = on_drop
+        #: Beaten every tick: the SyncServer liveness reporter, as Typha's governor loop.
+        self.heartbeat = Heartbeat()
 
     def set_limit(self, limit: int) -> None:
         if limit != self.limit:
@@ -61,6 +64,7 @@ class Governor:
                   ) -> None:
         task_status.started()
         while True:
+            self.heartbeat.beat()
             await trio.sleep(self.interval * (1 + random.random() * 0.1))
             # Once the server drains, the drain decides who goes.
             if self.connections.listening and self.connections.load > self.limit and self.connections.shed_one(

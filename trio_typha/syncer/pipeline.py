@@ -27,6 +27,7 @@ from ..datastore.base import Connection, Datastore, DatastoreEvent, KindSynced, 
 from ..model.kinds import ResourceKind
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..model.syncers import SyncerDefinition
+from ..observe.health import BEAT_INTERVAL, Heartbeat
 from ..observe.metrics import Metrics
 from .tracker import SourceTracker
 
@@ -99,6 +100,7 @@ class SyncerPipeline:
         self.pending_kinds: set[ResourceKind] = set(definition.kinds)
         self.failing: dict[ResourceKind | None, str] = {}
         self.denied: set[ResourceKind | None] = set()
+        self.heartbeat = Heartbeat()
         # When each event still in the decoupler (or being sent into it) was handed over.
         self._stamps: deque[float] = deque()
         feed.pending_since = lambda: self._stamps[0] if self._stamps else None
@@ -122,7 +124,17 @@ class SyncerPipeline:
                 await self._consume(recv)
 
     async def _consume(self, recv: trio.MemoryReceiveChannel[DatastoreEvent]) -> None:
-        async for first in recv:
+        while True:
+            # Beat at least every BEAT_INTERVAL while idle (Typha's cache loop ticks too):
+            # a wedged loop stops beating and liveness says so.
+            self.heartbeat.beat()
+            with trio.move_on_after(BEAT_INTERVAL) as idle:
+                try:
+                    first = await recv.receive()
+                except trio.EndOfChannel:
+                    return
+            if idle.cancelled_caught:
+                continue
             batch = [first]
             if self.feed.status is not SyncStatus.IN_SYNC:
                 # The initial list arrives as a stream of single events: gather them for a
