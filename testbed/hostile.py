@@ -346,3 +346,11 @@ class Canary:
 
     def received_between(self, start: float, end: float) -> int:
         return sum(start <= t < end for t in self.arrivals.values())
+
+
+async def wait_delivered(canaries: list[Canary], keys: list[str]) -> None:
+    """Until every canary has received every key in ``keys`` (and there is at least one);
+    bound it with ``trio.fail_after``."""
+    # Arrivals have no change event to wait on; poll them.
+    while not keys or not all(set(keys) <= c.arrivals.keys() for c in canaries):  # noqa: ASYNC110
+        await trio.sleep(0.05)

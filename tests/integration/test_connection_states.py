@@ -15,6 +15,7 @@ from testbed.hostile import (
     raw_bytes,
     rss_bytes,
     tls_client_hello,
+    wait_delivered,
     write_canaries,
 )
 
@@ -73,9 +74,7 @@ async def test_idle_h2_connections_are_closed_while_canaries_receive(memory_daem
         ended = trio.current_time()
         stop.set()
         with trio.fail_after(20):
-            while not written or not all(set(written) <= c.arrivals.keys()  # noqa: ASYNC110
-                                         for c in canaries):
-                await trio.sleep(0.05)
+            await wait_delivered(canaries, written)
         nursery.cancel_scope.cancel()
 
     assert len(outcomes) == IDLE

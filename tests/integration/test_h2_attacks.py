@@ -10,7 +10,15 @@ import pytest
 import trio
 from h2.errors import ErrorCodes
 
-from testbed.hostile import Attack, Canary, canary_key, h2_flood, rss_bytes, write_canaries
+from testbed.hostile import (
+    Attack,
+    Canary,
+    canary_key,
+    h2_flood,
+    rss_bytes,
+    wait_delivered,
+    write_canaries,
+)
 
 ATTACKERS = 4
 ATTACK_SECS = 1.5
@@ -54,9 +62,7 @@ async def test_flood_is_closed_and_canaries_keep_receiving(daemon, kind, caplog)
         attack_ended = trio.current_time()
         stop.set()
         with trio.fail_after(20):
-            while not written or not all(set(written) <= c.arrivals.keys()  # noqa: ASYNC110
-                                         for c in canaries):
-                await trio.sleep(0.05)
+            await wait_delivered(canaries, written)
         nursery.cancel_scope.cancel()
 
     # Every attacking connection was told why and closed.
