@@ -12,7 +12,9 @@ import sys
 
 import trio
 
+from trio_typha.client import grpc as grpc_client
 from trio_typha.client.typha import TyphaClient
+from trio_typha.client.view import SyncView
 from trio_typha.model.kv import SyncStatus
 
 FD_LIMIT = 160
@@ -53,10 +55,19 @@ async def test_fd_exhaustion_sheds_half_open_connections(tmp_path) -> None:
             # Connect and say nothing: each one holds a descriptor in the daemon.
             for _ in range(HALF_OPEN):
                 socks.append(await trio.open_tcp_stream("127.0.0.1", port))
+            # A late client on each protocol gets in and syncs.
             client = TyphaClient("127.0.0.1", port, syncer_type="felix", hostname="late")
             async with client:
                 await client.wait_for_status(SyncStatus.IN_SYNC)
             assert client.kvs
+            view = SyncView()
+            stream = await grpc_client.open_stream("127.0.0.1", port)
+            async with stream:
+                async for event in grpc_client.sync(stream, "felix", hostname="late-grpc"):
+                    grpc_client.apply_event(view, event)
+                    if view.snapshot_done and view.in_sync:
+                        break
+            assert view.kvs.keys() == client.kvs.keys()
         # The oldest half-open ones were closed to make room.
         closed = 0
         for s in socks[:50]:
