@@ -380,7 +380,12 @@ class GrpcConnection:
         free; what the kernel does not take is the write loop's to finish."""
         if self._fd is None or not self._socket_free or not self.core.writable(stream_id):
             return False
-        self.core.send_message(stream_id, message)
+        try:
+            self.core.send_message(stream_id, message)
+        except core.StreamGone:
+            # Reset by the peer (or ended) since the round chose it: its own task finds out
+            # on its next send and ends; the round must not die of it.
+            return False
         data = self.core.data_to_send()
         if data:
             try:
