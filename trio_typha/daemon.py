@@ -9,6 +9,7 @@ the same instant.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -304,6 +305,7 @@ class Daemon:
             if self.store is not None and cfg.memory_churn_rate > 0:
                 from .datastore.churn import Churn
                 await nursery.start(Churn(self.store, cfg.memory_churn_rate).run)
+            nursery.start_soon(self._freeze_after_sync)
             task_status.started(self)
             await self._shutdown.wait()
             async with trio.open_nursery() as draining:
@@ -354,6 +356,20 @@ class Daemon:
                 replica, rows, version=BUILD_VERSION,
                 limit=self.governor.limit if self.governor is not None else None)
         return self.health.handle(path)
+
+    async def _freeze_after_sync(self) -> None:
+        """Once every cache is in sync, move what exists then (the datastore's objects, the
+        caches, the first snapshots) out of the garbage collector's reach.
+
+        Measured: with the medium cluster a full collection walked all of it and paused
+        the loop (every client's delivery) for over a second; frozen objects are still
+        freed by reference counting, only cycles among them would stay.
+        """
+        await self.wait_in_sync()
+        gc.collect()
+        gc.freeze()
+        log.info("All caches in sync; %d long-lived objects excluded from garbage "
+                 "collection", gc.get_freeze_count())
 
     def _metrics_http(self, path: str) -> tuple[int, str, bytes] | None:
         answer = self.metrics.handle(path)
