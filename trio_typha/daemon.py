@@ -240,6 +240,7 @@ class Daemon:
             for feed in feeds.values():
                 await nursery.start(feed.run_broadcast)
             await self._check_datastore()
+            await self._initialize_datastore()
             log.info("Starting the datastore Syncer/cache layer")
             for syncer_type, feed in feeds.items():
                 pipeline: SyncerPipeline | ReplicaPipeline
@@ -330,6 +331,20 @@ class Daemon:
             raise port_in_use(f"the {what} endpoint", setting, host, port, exc,
                               HttpPortInUse) from None
         return listeners
+
+    async def _initialize_datastore(self) -> None:
+        """KDD: Typha's EnsureInitialized (ClusterInformation default, built-in Tiers)."""
+        api = getattr(self.datastore, "api", None)
+        if self.datastore.name != "kubernetes" or not isinstance(api, KubeApi):
+            return
+        from .datastore.k8s_init import INIT_ERRORS, InitForbidden, ensure_initialized
+        try:
+            await ensure_initialized(api, self._definition_args["calico_group"])
+        except InitForbidden as exc:
+            log.info("Skipping datastore initialisation: not permitted (%s); ClusterInformation "
+                     "and the built-in Tiers are left to calico-node or the operator", exc)
+        except INIT_ERRORS as exc:
+            log.warning("Failed to initialize datastore: %s; serving anyway", exc)
 
     async def _check_datastore(self) -> None:
         """An etcd that answers none of its endpoints at start ends start-up, named."""

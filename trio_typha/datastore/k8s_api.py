@@ -140,6 +140,20 @@ class KubeApi:
             raise MalformedResponse(f"GET {path}: response is not a JSON object")
         return doc
 
+    async def write_json(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST/PUT ``body`` to ``path``; the object the server stored, or :class:`ApiError`."""
+        response = await self._client.request(
+            method, path, json=body, headers=await self._headers(),
+            extensions=self._extensions)
+        if response.status_code not in (200, 201):
+            self._note_rejection(response.status_code)
+            raise ApiError.from_response(response)
+        try:
+            doc = response.json()
+        except ValueError as exc:
+            raise MalformedResponse(f"{method} {path}: response is not JSON: {exc}") from exc
+        return doc if isinstance(doc, dict) else {}
+
     async def list_page(self, kind: ResourceKind, *, limit: int | None,
                         continue_token: str | None = None,
                         resource_version: str = "0") -> dict[str, Any]:
