@@ -144,6 +144,7 @@ class Agent:
         self.updates = 0
         self.connects: list[float] = []  # trio time of each established connection
         self.failures = 0
+        self.drops: list[float] = []  # trio time each established connection was lost
         self.last_error = ""
         self._on_delay = on_delay or (lambda _d: None)
         self._on_change = on_change or (lambda: None)
@@ -171,6 +172,7 @@ class Agent:
             self.status = SyncStatus.WAIT_FOR_DATASTORE
             self.last_error = str(lost)
             if lost.established:
+                self.drops.append(trio.current_time())
                 self.connector.dropped()
             else:
                 self.failures += 1

@@ -28,7 +28,7 @@ from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.model import kinds as K
 
-HANG = 30  # hang protection only
+HANG = 90  # hang protection only (a loaded 2-core machine is slow to sync 200 agents)
 
 
 @pytest.fixture
@@ -129,10 +129,11 @@ def _max_in_window(times: list[float], window: float) -> int:
 @pytest.mark.parametrize("spread", [0.0, 3.0])
 async def test_replica_restart_no_reconnect_burst(nursery: trio.Nursery, spread: float) -> None:
     """200 agents on two replicas; one is killed and restarted.  With reconnect_delay_max=3 s
-    its agents dial again at about n/3 per second, never in one burst; with 0 (Felix's
-    behaviour) they all dial at once -- which shows the measurement can see a burst.  Dial
-    times are the agents' own (when the policy let them dial), so server load cannot blur
-    them; every agent must be back in sync afterwards."""
+    each of its agents waits uniform(0, 3 s) after noticing the loss, so they come back at
+    about n/3 per second, never in one burst; with 0 (Felix's behaviour) every one dials at
+    once.  The delay is measured per agent from the moment it noticed the loss to its dial,
+    so a loaded machine (noticing 100 closed sockets takes a while) cannot blur it; every
+    agent must be back in sync afterwards."""
     a, a_scope = await _replica(nursery)
     b, _ = await _replica(nursery)
     port_a = a.ports["server"]
@@ -144,21 +145,21 @@ async def test_replica_restart_no_reconnect_burst(nursery: trio.Nursery, spread:
         await group.wait_until(lambda g: g.stats()["in_sync"] == 200)
     on_a = [ag for ag in group.agents if ag.address is not None and ag.address.port == port_a]
     assert 40 < len(on_a) < 160  # static addresses are shuffled per agent
-    killed_at = trio.current_time()
     a_scope.cancel()  # abrupt: every connection of replica A drops at once
     await _replica(nursery, port_a)  # ... and it comes straight back
     with trio.fail_after(HANG):
         await group.wait_until(lambda _: all(ag.in_sync and len(ag.connects) == 2
                                              for ag in on_a))
-    dials = [t - killed_at for ag in on_a for t in ag.connector.attempt_times
-             if t > killed_at]
-    assert len(dials) >= len(on_a)
+    delays = []
+    for ag in on_a:
+        (lost,) = ag.drops
+        delays.append(min(t for t in ag.connector.attempt_times if t >= lost) - lost)
     if spread:
         rate = len(on_a) / spread  # the configured rate: the dropped agents over the spread
-        assert _max_in_window(dials, 1.0) <= 1.5 * rate
-        assert max(dials) > spread * 0.8
+        assert _max_in_window(delays, 1.0) <= 1.5 * rate
+        assert max(delays) > spread * 0.8 and min(delays) < spread * 0.2
     else:
-        assert _max_in_window(dials, 0.5) >= len(on_a)
+        assert max(delays) < 1.0  # all at once: the burst the spread prevents
     assert group.stats()["in_sync"] == 200
 
 
