@@ -32,7 +32,7 @@ def render(v: dict[str, Any]) -> str:
         f"for {v['churn_s']} s",
         f"   propagation   p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms, max {p['max_ms']} ms "
         f"({p['n']} receipts)",
-        f"   replica kills {v['replica_kills']} , survived {v['replica_kills_survived']}",
+        f"   replica kills {v['replica_kills']}, survived {v['replica_kills_survived']}",
     ]
     for r in v["replicas"]:
         state = "alive" if r["alive"] else "killed"
