@@ -8,5 +8,7 @@ source tools/bootstrap.sh
 bootstrap_env test
 echo "== ruff"
 .venv/bin/ruff check .
+echo "== mypy (strict, trio_typha/)"
+.venv/bin/mypy
 echo "== pytest"
 exec .venv/bin/pytest "$@"

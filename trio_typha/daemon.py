@@ -17,7 +17,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 
@@ -35,7 +35,7 @@ from .model.syncers import DatastoreMode, syncer_definition
 from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
 from .observe.livefeed import FEED_PATH, ReplicaSampler, serve_feed
-from .observe.metrics import Metrics
+from .observe.metrics import Metrics, SyncerMetrics
 from .server.connections import ConnectionRegistry
 from .server.context import ServerContext
 from .server.fdlimit import FdShedder, log_nofile_limit
@@ -64,7 +64,15 @@ from .syncer.pipeline import SyncerPipeline
 log = logging.getLogger(__name__)
 
 
-def make_datastore(cfg: Config, store: MemoryStore | None = None) -> tuple[Datastore, dict[str, Any]]:
+class DefinitionArgs(TypedDict):
+    """What :func:`~trio_typha.model.syncers.syncer_definition` needs to know of the datastore."""
+
+    mode: DatastoreMode
+    calico_group: str
+
+
+def make_datastore(cfg: Config, store: MemoryStore | None = None
+                   ) -> tuple[Datastore, DefinitionArgs]:
     """Build the configured datastore; returns it and the syncer_definition keyword args."""
     if cfg.datastore_type == "memory":
         if store is None:
@@ -126,7 +134,7 @@ class Daemon:
         self._owns_datastore = datastore is None
         if datastore is not None:
             self.datastore = datastore
-            self._definition_args = {
+            self._definition_args: DefinitionArgs = {
                 "mode": DatastoreMode.ETCD if datastore.name == "etcdv3" else DatastoreMode.KDD,
                 "calico_group": getattr(datastore, "calico_group", CALICO_V3_GROUP)}
         else:
@@ -228,11 +236,10 @@ class Daemon:
                                  metrics=self.metrics, registry=self.connections)
         for syncer_type, feed in feeds.items():
             sm = self.ctx.syncer_metrics(syncer_type)
-            feed.on_wait = (lambda blocked, sm=sm:
-                            (sm.breadcrumb_block if blocked else sm.breadcrumb_non_block).inc())
+            feed.on_wait = partial(_count_wait, sm)
             feed.on_round = sm.broadcast_round
             self.metrics.cache_staleness.labels(syncer=syncer_type).set_function(
-                lambda f=feed: f.staleness(trio.current_time()))
+                partial(_staleness, feed))
         validator = _validator()
         async with trio.open_nursery() as nursery:
             if self.handle_signals:
@@ -254,8 +261,7 @@ class Daemon:
                                               validator=validator, metrics=self.metrics)
                 self.pipelines[syncer_type] = pipeline
                 heartbeat = getattr(pipeline, "heartbeat", None)  # workers' replicas: none
-                self.health.register(f"{syncer_type}-cache",
-                                     lambda p=pipeline: self._cache_report(p),
+                self.health.register(f"{syncer_type}-cache", partial(self._cache_report, pipeline),
                                      timeout=REPORT_TIMEOUT, heartbeat=heartbeat)
                 await nursery.start(pipeline.run)
             self.governor = Governor(
@@ -480,6 +486,14 @@ class Daemon:
             async for signum in signals:
                 log.info("Received %s, shutting down", signal.Signals(signum).name)
                 self.shutdown()
+
+
+def _staleness(feed: CacheFeed) -> float:
+    return feed.staleness(trio.current_time())
+
+
+def _count_wait(sm: SyncerMetrics, blocked: bool) -> None:
+    (sm.breadcrumb_block if blocked else sm.breadcrumb_non_block).inc()
 
 
 def _protocols(which: str) -> Protocols:

@@ -64,7 +64,8 @@ class Breadcrumb:
     def memo(self, key: Any, build: Callable[[Breadcrumb], T]) -> T:
         """Build ``key``'s encoding of this breadcrumb once; later callers share the result."""
         try:
-            return self._memo[key]
+            value: T = self._memo[key]
+            return value
         except KeyError:
             value = self._memo[key] = build(self)
             return value

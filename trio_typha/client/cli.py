@@ -85,7 +85,7 @@ class Reporter:
             else:
                 print(f"in sync: syncer={line['syncer']} protocol={line['protocol']} "
                       f"keys={line['keys']} time={line['seconds_to_in_sync']}s")
-            return self.args.once
+            return bool(self.args.once)
         return False
 
 

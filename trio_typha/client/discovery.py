@@ -34,7 +34,8 @@ import httpx
 import trio
 
 from ..backoff import Backoff
-from ..datastore.k8s_api import ApiError, MalformedResponse
+from ..datastore.k8s_api import ApiError
+from ..datastore.k8s_stream import MalformedResponse
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, slice_endpoints
 from . import dns
 

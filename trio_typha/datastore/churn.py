@@ -41,7 +41,7 @@ class Churn:
         changes (listing 10,000 pods per write would cost more than the write)."""
         names = self._named.get(kind)
         if names is None or len(names) != self.store.count(kind):
-            names = self._named[kind] = [(ns, n) for ns, n, _ in self.store.list(kind)]
+            names = self._named[kind] = [(ns, n) for ns, n, _ in self.store.objects(kind)]
         return names
 
     def step(self) -> None:

@@ -130,14 +130,21 @@ def etcd_config_from_settings(settings: Mapping[str, str]) -> EtcdConfig:
 
 
 class EtcdParams(Protocol):
-    """The parsed ``Etcd*`` parameters of the daemon's config object."""
+    """The parsed ``Etcd*`` parameters of the daemon's config object (read-only, so the
+    frozen :class:`~trio_typha.config.Config` satisfies it)."""
 
-    etcd_endpoints: tuple[str, ...]
-    etcd_scheme: str
-    etcd_addr: str
-    etcd_key_file: str
-    etcd_cert_file: str
-    etcd_ca_file: str
+    @property
+    def etcd_endpoints(self) -> tuple[str, ...]: ...
+    @property
+    def etcd_scheme(self) -> str: ...
+    @property
+    def etcd_addr(self) -> str: ...
+    @property
+    def etcd_key_file(self) -> str: ...
+    @property
+    def etcd_cert_file(self) -> str: ...
+    @property
+    def etcd_ca_file(self) -> str: ...
 
 
 def etcd_config_from_params(params: EtcdParams) -> EtcdConfig:

@@ -84,7 +84,8 @@ class KindReflector:
         md = obj.get("metadata")
         name = md.get("name") if isinstance(md, dict) else None
         rev = md.get("resourceVersion") if isinstance(md, dict) else None
-        if not isinstance(name, str) or not name or not isinstance(rev, str) or not rev:
+        if (not isinstance(md, dict) or not isinstance(name, str) or not name
+                or not isinstance(rev, str) or not rev):
             raise MalformedResponse(f"{self.kind} object without metadata.name/resourceVersion")
         ns = md.get("namespace") or ""
         return str(ns), name, rev

@@ -102,7 +102,7 @@ class MemoryStore:
     def get(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get(kind, {}).get((namespace, name))
 
-    def list(self, kind: ResourceKind) -> list[tuple[str, str, dict[str, Any]]]:
+    def objects(self, kind: ResourceKind) -> list[tuple[str, str, dict[str, Any]]]:
         return [(ns, name, obj) for (ns, name), obj in self._objects.get(kind, {}).items()]
 
     def count(self, kind: ResourceKind | None = None) -> int:
@@ -168,7 +168,7 @@ class MemoryDatastore:
         # and the log replay that follows must start exactly at this revision.
         revision = self.store.revision
         events = {kind: k.relist([(ns, name, obj, obj["metadata"]["resourceVersion"])
-                                  for ns, name, obj in self.store.list(kind)], "")
+                                  for ns, name, obj in self.store.objects(kind)], "")
                   for kind, k in known.items()}
         for kind, evs in events.items():
             for ev in evs:

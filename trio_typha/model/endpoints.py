@@ -9,7 +9,7 @@ from typing import Any
 
 from . import keys
 from .gojson import GoJSONError, dumps
-from .golang import parse_cidr_or_ip, parse_ip, parse_mac
+from .golang import IPNet, parse_cidr_or_ip, parse_ip, parse_mac
 from .goschema import ROOTS
 from .gotypes import DSCP_VALUES, Uint8OrString, protocol_to_v1
 from .rules import LABEL_SERVICE_ACCOUNT, NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX
@@ -77,13 +77,15 @@ def workload_endpoint_value(wep: Mapping[str, Any]) -> dict[str, Any] | None:
     ip_networks = spec.get("ipNetworks") or []
     if not ip_networks:
         return None
-    v4, v6 = [], []
+    v4: list[IPNet] = []
+    v6: list[IPNet] = []
     for s in ip_networks:
         n = parse_cidr_or_ip(s)
         if n is None:
             raise ValueError(f"invalid IP network {s!r}")
         (v4 if n.version == 4 else v6).append(n)
-    nat4, nat6 = [], []
+    nat4: list[dict[str, bytes]] = []
+    nat6: list[dict[str, bytes]] = []
     for nat in spec.get("ipNATs") or []:
         internal = parse_ip(nat.get("internalIP") or "")
         external = parse_ip(nat.get("externalIP") or "")
@@ -167,7 +169,8 @@ def host_endpoint_kvs(hep: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     """A v3 HostEndpoint → its v1 KV (key host = ``spec.node``, id = object name)."""
     md = hep.get("metadata") or {}
     spec = hep.get("spec") or {}
-    v4, v6 = [], []
+    v4: list[bytes] = []
+    v6: list[bytes] = []
     for s in spec.get("expectedIPs") or []:
         ip = parse_ip(s)
         if ip is not None:

@@ -290,14 +290,15 @@ def _decode_interfaces(decoded: Any) -> list[tuple[str, list[str] | None]]:
         return []
     if not isinstance(decoded, list):
         raise ValueError("interfaces annotation is not a list")
-    out = []
+    out: list[tuple[str, list[str] | None]] = []
     for item in decoded:
         if item is None:
             out.append(("", None))
             continue
         if not isinstance(item, dict):
             raise ValueError("interface is not an object")
-        name, addresses = "", None
+        name = ""
+        addresses: list[str] | None = None
         for key, value in item.items():
             if key.lower() == "name":
                 if value is not None and not isinstance(value, str):

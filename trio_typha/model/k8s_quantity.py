@@ -47,7 +47,8 @@ def quantity_value(text: str) -> int:
             raise ValueError(f"unable to parse quantity's suffix: {text!r}")
         exponent = (exponent + (1 << 31)) % (1 << 32) - (1 << 31)  # Go's int32() conversion
         if mantissa and exponent > _EXPONENT_CAP:
-            return -(10 ** _EXPONENT_CAP) if sign == "-" else 10 ** _EXPONENT_CAP
+            cap = int(10 ** _EXPONENT_CAP)
+            return -cap if sign == "-" else cap
         scale = Fraction(10) ** max(exponent, -_EXPONENT_CAP)
     value = mantissa * scale
     whole_part = -((-value.numerator) // value.denominator)  # ceiling of the magnitude

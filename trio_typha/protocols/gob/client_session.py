@@ -96,7 +96,7 @@ class ClientSession:
         self._outgoing.clear()
         return out
 
-    def receive_data(self, data: bytes) -> list[ClientEvent]:
+    def receive_data(self, data: bytes | bytearray) -> list[ClientEvent]:
         """Bytes from the server; raises TyphaProtocolError if the server misbehaves."""
         try:
             if self._frames is not None:

@@ -45,7 +45,8 @@ NEED_DATA: Any = type("NeedData", (), {"__repr__": lambda self: "NEED_DATA"})()
 
 
 def _bits_float(u: int) -> float:
-    return struct.unpack("<d", u.to_bytes(8, "big"))[0]
+    (value,) = struct.unpack("<d", u.to_bytes(8, "big"))
+    return float(value)
 
 
 _BASIC_NAMES = {1: "bool", 2: "int", 3: "uint", 4: "float", 5: "[]byte", 6: "string",
@@ -120,7 +121,7 @@ class _Cursor:
         self.pos = q
         return int.from_bytes(self.buf[p + 1:q], "big")
 
-    def int(self) -> int:
+    def signed(self) -> int:
         u = self.uint()
         return ~(u >> 1) if u & 1 else u >> 1
 
@@ -169,7 +170,7 @@ class Decoder:
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buf += data
 
     def unconsumed(self) -> bytes:
@@ -199,7 +200,7 @@ class Decoder:
             type_bytes = self._type_bytes
             try:
                 r.open_message()
-                tid = r.int()
+                tid = r.signed()
                 if tid < 0:
                     self._define(-tid, r)
                     if r.pos != r.end:
@@ -303,7 +304,8 @@ class Decoder:
 
     def _parse_kind(self, kind: str, r: _Cursor) -> WireType:
         names = _KIND_FIELDS[kind]
-        name, values, num = "", {}, -1
+        name, num = "", -1
+        values: dict[str, Any] = {}
         while True:
             delta = r.uint()
             if delta == 0:
@@ -317,7 +319,7 @@ class Decoder:
                     raise GobError("struct definition with too many fields")
                 values["fields"] = tuple(self._parse_field(r) for _ in range(count))
             elif num in names:
-                values[names[num]] = r.int()
+                values[names[num]] = r.signed()
             else:
                 raise GobError(f"malformed {kind} type definition")
         return WireType(kind, name, **values)
@@ -333,7 +335,7 @@ class Decoder:
             if num == 0:
                 name = r.string()
             elif num == 1:
-                r.int()  # the id is the one in the message; Go ignores this copy
+                r.signed()  # the id is the one in the message; Go ignores this copy
             else:
                 raise GobError("malformed CommonType")
 
@@ -348,7 +350,7 @@ class Decoder:
             if num == 0:
                 name = r.string()
             elif num == 1:
-                fid = r.int()
+                fid = r.signed()
             else:
                 raise GobError("malformed struct field definition")
 
@@ -460,7 +462,7 @@ class Decoder:
         if kind == "array":
             elem, length = self._decoder_for(wt.elem, None), wt.length
 
-            def dec_array(r: _Cursor) -> list[Any]:
+            def dec_array(r: _Cursor) -> Any:
                 if r.uint() != length:
                     raise GobError("length mismatch in array")
                 return self._slice_fn(elem, list, count=length)(r)
@@ -500,11 +502,11 @@ class Decoder:
             return lambda r: r.uint() != 0
         if tid == 2:
             if bits >= 64:
-                return _Cursor.int
+                return _Cursor.signed
             lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
             def dec_small_int(r: _Cursor) -> int:
-                v = r.int()
+                v = r.signed()
                 if not lo <= v <= hi:
                     raise GobError(f"value {v} out of range for int{bits}")
                 return v
@@ -585,7 +587,7 @@ class Decoder:
         while True:
             if r.pos == r.end:
                 r.open_message()
-            tid = r.int()
+            tid = r.signed()
             if tid >= 0:
                 break
             r.definitions += 1

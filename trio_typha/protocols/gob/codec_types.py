@@ -128,8 +128,8 @@ class Struct(GoType):
         self.make = make
         self.fast_encode = fast_encode
         self.fast_decode = fast_decode
-        self.basic_shape = tuple((f.go_name, f.type.wire_id) for f in self.fields) \
-            if all(isinstance(f.type, Basic) for f in self.fields) else None
+        basics = [(f.go_name, f.type.wire_id) for f in self.fields if isinstance(f.type, Basic)]
+        self.basic_shape = tuple(basics) if len(basics) == len(self.fields) else None
 
 
 class Slice(GoType):

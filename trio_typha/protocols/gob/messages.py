@@ -207,7 +207,7 @@ def _update_decoder(decoder: Decoder) -> Callable[[Any], SerializedUpdate]:
             elif num == 3:
                 v3 = r.string()
             elif num == 4:
-                ttl = r.int()
+                ttl = r.signed()
             elif num == 5:
                 update_type = r.uint()
             else:

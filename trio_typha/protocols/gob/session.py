@@ -127,13 +127,13 @@ class ServerSession:
 
     # ---- input from the client
 
-    def receive_data(self, data: bytes, now: float) -> list[Action]:
+    def receive_data(self, data: bytes | bytearray, now: float) -> list[Action]:
         """Bytes read from the client; returns what to do about them."""
         if self.phase is Phase.CLOSED:
             return []
         self._decoder.feed(data)
         actions: list[Action] = []
-        while self.phase is not Phase.CLOSED:
+        while self._still_open():
             try:
                 envelope = self._decoder.next_value()
             except GobError as exc:
@@ -279,6 +279,11 @@ class ServerSession:
         if verdict is Lag.GRACE_FIRST:
             return [GraceUsed(age)]
         return []
+
+    def _still_open(self) -> bool:
+        # A call, not an inline comparison: handling a message may close the session,
+        # which a type checker's narrowing of self.phase cannot see.
+        return self.phase is not Phase.CLOSED
 
     def ping_due(self, now: float) -> bool:
         return self.phase is Phase.STREAMING and now >= self.next_ping_at

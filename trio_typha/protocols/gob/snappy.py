@@ -58,7 +58,7 @@ class FrameReader:
         self._pos = 0
         self._seen_identifier = False
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buf += data
 
     def unconsumed(self) -> bytes:

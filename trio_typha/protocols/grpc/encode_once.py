@@ -7,16 +7,23 @@ send it; streams share the very same ``bytes`` objects.
 
 from __future__ import annotations
 
+from typing import cast
+
 from google.protobuf.message import DecodeError
 
 from ...cache.core import Breadcrumb
-from ...model.kv import SerializedUpdate, SyncStatus
+from ...model.kv import SerializedUpdate, SyncStatus, UpdateType
 from . import typha_pb2 as pb
 from .framing import frame_message
 from .status import GrpcError, StatusCode
 
 SERVICE = "typha.v1.Sync"
 SYNC_PATH = f"/{SERVICE}/Sync"
+
+
+# The model's enums have the proto's numbers; the generated stubs type fields as proto enums.
+_PB_UPDATE_TYPE = {u: cast("pb.UpdateType", int(u)) for u in UpdateType}
+_PB_STATUS = {s: cast("pb.SyncStatus", int(s)) for s in SyncStatus}
 
 
 def kv_message(update: SerializedUpdate) -> pb.KV:
@@ -26,7 +33,7 @@ def kv_message(update: SerializedUpdate) -> pb.KV:
         revision=update.revision,
         v3_resource_version=update.v3_resource_version,
         ttl_nanos=update.ttl_ns,
-        update_type=int(update.update_type),
+        update_type=_PB_UPDATE_TYPE[update.update_type],
         deleted=update.deleted,
     )
 
@@ -59,11 +66,11 @@ def snapshot_messages(crumb: Breadcrumb, batch_size: int) -> tuple[bytes, ...]:
 def finished_message(crumb: Breadcrumb) -> bytes:
     """End of the snapshot taken at ``crumb``, with its status and size."""
     return crumb.memo(("grpc", "finished"), lambda c: _framed(pb.SyncResponse(
-        finished=pb.Finished(sync_status=int(c.status), snapshot_size=len(c.snapshot())))))
+        finished=pb.Finished(sync_status=_PB_STATUS[c.status], snapshot_size=len(c.snapshot())))))
 
 
 _STATUS_MESSAGES = {
-    status: _framed(pb.SyncResponse(status=pb.StatusChange(sync_status=int(status))))
+    status: _framed(pb.SyncResponse(status=pb.StatusChange(sync_status=_PB_STATUS[status])))
     for status in SyncStatus
 }
 
@@ -76,7 +83,7 @@ def header_message(*, conn_id: int, server_version: str, syncer_type: str,
                    status: SyncStatus) -> bytes:
     return _framed(pb.SyncResponse(header=pb.Header(
         server_conn_id=conn_id, server_version=server_version, syncer_type=syncer_type,
-        sync_status=int(status))))
+        sync_status=_PB_STATUS[status])))
 
 
 def ping_message(ping_id: int, timestamp_ns: int) -> bytes:

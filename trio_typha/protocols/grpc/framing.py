@@ -62,17 +62,18 @@ class MessageDecoder:
         pos = 0
         try:
             while True:
-                if self._length is None:
+                length = self._length  # a local: never None in the arithmetic below
+                if length is None:
                     if len(buf) - pos < PREFIX_LEN:
                         break
                     flag, length = PREFIX.unpack_from(buf, pos)
                     pos += PREFIX_LEN
                     self._check(flag, length)
                     self._length = length
-                if len(buf) - pos < self._length:
+                if len(buf) - pos < length:
                     break
-                out.append(bytes(buf[pos:pos + self._length]))
-                pos += self._length
+                out.append(bytes(buf[pos:pos + length]))
+                pos += length
                 self._length = None
         finally:
             del buf[:pos]

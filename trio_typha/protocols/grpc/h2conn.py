@@ -248,7 +248,7 @@ class H2Core:
         self.feed(data)
         return self.process(now)
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Buffer bytes read from the socket; :meth:`process` takes them frame by frame."""
         if self.state is not ConnectionState.CLOSED:
             self._in += data
@@ -332,6 +332,11 @@ class H2Core:
             return False
         for ev in h2_events:
             self._translate(ev, events)
+        return self._still_open()
+
+    def _still_open(self) -> bool:
+        # A call, not an inline comparison: translating events may have closed the
+        # connection, which a type checker's narrowing of self.state cannot see.
         return self.state is not ConnectionState.CLOSED
 
     def _translate(self, ev: h2.events.Event, events: list[Event]) -> None:

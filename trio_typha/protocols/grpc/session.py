@@ -21,6 +21,7 @@ from ...model.kv import SYNCER_TYPES, SyncStatus
 from ...server.lag import Lag, LagPolicy
 from ...server.settings import ServerSettings
 from . import encode_once
+from . import typha_pb2 as pb
 from .status import GrpcError, StatusCode
 
 
@@ -76,7 +77,7 @@ class SyncSession:
             raise GrpcError(StatusCode.INVALID_ARGUMENT, "'start' sent twice")
         raise GrpcError(StatusCode.INVALID_ARGUMENT, "empty request message")
 
-    def _on_start(self, start: encode_once.pb.SyncRequestStart) -> ClientStart:
+    def _on_start(self, start: pb.SyncRequestStart) -> ClientStart:
         syncer_type = start.syncer_type or "felix"
         if syncer_type not in SYNCER_TYPES:
             raise GrpcError(StatusCode.INVALID_ARGUMENT,

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 from collections.abc import Iterator
+from typing import TypeVar
 
 import trio
 import trio.lowlevel
@@ -29,9 +30,11 @@ from ...server.connections import Connection
 from ...server.context import ServerContext
 from . import h2conn as core
 from .encode_once import SYNC_PATH
-from .metadata import HttpError, http_error, parse_request
+from .metadata import Headers, HttpError, http_error, parse_request
 from .status import GrpcError, StatusCode
 from .sync_service import serve_sync
+
+_E = TypeVar("_E", bound=BaseException)
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +222,7 @@ class GrpcConnection:
         await self._handle_bytes(data)
         return True
 
-    async def _handle_bytes(self, data: bytes) -> None:
+    async def _handle_bytes(self, data: bytes | bytearray) -> None:
         self.core.feed(data)
         while True:
             for event in self.core.process(trio.current_time(), FRAMES_PER_TURN):
@@ -275,7 +278,7 @@ class GrpcConnection:
                     log.warning("gRPC connection from %s: %s; sent GOAWAY", self.peer, reason)
                 self._finish(reason)
 
-    def _open_stream(self, stream_id: int, headers: core.Headers) -> None:
+    def _open_stream(self, stream_id: int, headers: Headers) -> None:
         """Answer a new request: start the Sync handler, or refuse it right here."""
         self._had_stream = True
         self._streams_changed.fire()
@@ -512,7 +515,7 @@ class GrpcConnection:
             await self._progress.wait()
 
 
-def _first(group: BaseExceptionGroup, kind: type) -> BaseException:
+def _first(group: BaseExceptionGroup[BaseException], kind: type[_E]) -> _E:
     return next(e for e in _leaves(group) if isinstance(e, kind))
 
 

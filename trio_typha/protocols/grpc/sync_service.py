@@ -91,8 +91,10 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
         if payload is None:
             raise GrpcError(StatusCode.INVALID_ARGUMENT,
                             "request stream ended before the start message")
-        start = session.on_request(payload, trio.current_time())
-    if session.start is None:
+        session.on_request(payload, trio.current_time())
+    # Read the start back from the session: the deadline may have cancelled the receive.
+    start = session.start
+    if start is None:
         raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
                         f"no start message within {settings.handshake_timeout:g}s")
     feed = ctx.feed(start.syncer_type)
