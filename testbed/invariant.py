@@ -395,7 +395,7 @@ def read_memory(store: Any, *, mode: DatastoreMode = DatastoreMode.KDD,
     datastore serves its objects as KDD-mode projectcalico.org/v3)."""
     contents = DatastoreContents(mode, calico_group)
     for kind in watched_kinds(mode, calico_group):
-        for ns, name, obj in store.list(kind):
+        for ns, name, obj in store.objects(kind):
             contents.objects.append(StoredObject(
                 kind, ns, name, obj, (obj.get("metadata") or {}).get("resourceVersion", "")))
     return contents
