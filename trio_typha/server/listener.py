@@ -191,6 +191,7 @@ async def _peek(sock: trio.abc.Stream) -> bytes:
     if raw is None:
         return b""
     try:
-        return await raw.recv(SNIFF_BYTES, socket.MSG_PEEK)
+        data: bytes = await raw.recv(SNIFF_BYTES, socket.MSG_PEEK)
     except OSError:
         return b""
+    return data
