@@ -188,3 +188,29 @@ async def test_events_waiting_for_the_cache_count_as_staleness(autojump_clock, c
         # A client that has not got these yet is as stale as the events in them.
         assert crumb.origin == t0 and feed.client_age(crumb, now) == now - t0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_conversion_bug_stops_the_pipeline_instead_of_hiding_the_object() -> None:
+    """A bug (here a TypeError) in a conversion is not "an invalid object": the pipeline
+    fails with the traceback instead of treating the object as absent."""
+    import pytest
+
+    def buggy(kind, obj, *, key=None):
+        if obj["metadata"]["name"] == "bad":
+            return len(None)  # a plain bug
+        return convert(kind, obj, key=key)
+
+    store = MemoryStore()
+    store.put(ns("bad"))
+    store.put(ns("a"))
+    feed = CacheFeed("felix")
+    pipeline = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), buggy),
+                              MemoryDatastore(store), feed)
+    with pytest.RaisesGroup(pytest.RaisesExc(TypeError, match="NoneType"),
+                            flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(5):
+                await nursery.start(pipeline.run)
+                await trio.sleep_forever()
+    # Clients were never told the cache is complete while an object was missing from it.
+    assert feed.status is not SyncStatus.IN_SYNC

@@ -68,3 +68,46 @@ def test_profile_revisions_follow_calico() -> None:
     sa_updates = t.apply(ResourceEvent(K.SERVICE_ACCOUNT, "prod", "default", sa, "43"))
     assert ns_updates and {u.revision for u in ns_updates} == {"42/"}
     assert sa_updates and {u.revision for u in sa_updates} == {"/43"}
+
+
+def _buggy_convert(kind, obj, *, key=None):
+    if obj.get("bug"):
+        return obj["no such field"]  # a plain bug: KeyError, not the model's ValueError
+    return convert(kind, obj, key=key)
+
+
+def test_a_bug_in_a_conversion_crashes_and_withdraws_nothing() -> None:
+    """Only the model's ValueError family means "invalid object"; a KeyError (or any other
+    exception) is a bug: it propagates with its traceback, and the tracker neither emits
+    DELETED for the object's keys nor forgets them."""
+    import pytest
+
+    t = SourceTracker(SyncerDefinition("felix", (POD,), _buggy_convert, ()))
+    t.apply(ev({"a": "1", "b": "1"}, "1"))
+    with pytest.raises(KeyError, match="no such field") as info:
+        t.apply(ev({"a": "2"}, "2", bug=True))
+    assert info.traceback[-1].name == "_buggy_convert"  # the traceback reaches the bug
+    assert t.conversion_errors == 0
+    # The keys are still known: the next good version updates them instead of re-adding.
+    out = t.apply(ev({"a": "3", "b": "1"}, "3"))
+    assert {(u.key, u.update_type) for u in out} == {("/k/a", UpdateType.UPDATED),
+                                                     ("/k/b", UpdateType.UPDATED)}
+
+
+def test_every_model_error_is_a_value_error() -> None:
+    """The tracker's narrow catch relies on this: each of the model's own exceptions is a
+    ValueError."""
+    import inspect
+    import pkgutil
+
+    import trio_typha.model
+
+    found = []
+    for info in pkgutil.walk_packages(trio_typha.model.__path__, "trio_typha.model."):
+        module = __import__(info.name, fromlist=["_"])
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if (cls.__module__ == info.name and issubclass(cls, Exception)
+                    and not cls.__name__.startswith("_")):
+                found.append(cls)
+                assert issubclass(cls, ValueError), cls
+    assert len(found) >= 5

@@ -51,7 +51,12 @@ class SourceTracker:
             try:
                 converted = self.definition.convert(event.kind, event.obj,
                                                     key=(event.namespace, event.name))
-            except Exception as exc:  # a bad object must not stop the pipeline
+            except ValueError as exc:
+                # The model raises ValueError (GoJSONError, InvalidKeyError, ...) for an
+                # object Calico would refuse: that object alone is treated as absent, as
+                # Calico's watcher does.  Anything else is a bug in the conversion and must
+                # crash: treating it as absent would send DELETED for the object's keys to
+                # every client, withdrawing policy cluster-wide.
                 self.conversion_errors += 1
                 log.warning("Failed to convert %s %s/%s for the %s syncer, treating it as "
                             "absent: %s", event.kind.kind, event.namespace, event.name,
