@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from ..model.kinds import ResourceKind
-from .base import DatastoreEvent, KindSynced, ResourceEvent
+from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .etcd_gateway import Header, KeyValue, WatchResponse
 from .etcd_layout import KeyParser, decode_value
 from .known import KnownObjects

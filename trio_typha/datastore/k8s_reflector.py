@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..model.kinds import ResourceKind
-from .base import DatastoreEvent, KindSynced, ResourceEvent
+from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .k8s_stream import MalformedResponse, StatusInfo, WatchEvent
 from .known import KnownObjects
 

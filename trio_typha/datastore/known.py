@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..model.kinds import ResourceKind
-from .base import ResourceEvent
+from .events import ResourceEvent
 
 ObjectKey = tuple[str, str]  # (namespace, name)
 
