@@ -7,6 +7,7 @@
 //	gobtool decode [-snappy] F   decode a stream of Envelopes from file F, one JSON line each
 //	gobtool client -addr A ...   act as a Typha client against a running server (see client.go)
 //	gobtool fleet -addr A -n N   N concurrent clients for the fan-out benchmark (see fleet.go)
+//	gobtool ipstring             net.IP.String of each hex address read from stdin
 package main
 
 import (
@@ -16,7 +17,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gobtool vectors DIR | decode [-snappy] FILE | client -addr HOST:PORT [flags] | fleet -addr HOST:PORT -n N [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gobtool vectors DIR | decode [-snappy] FILE | client -addr HOST:PORT [flags] | fleet -addr HOST:PORT -n N [flags] | ipstring")
 		os.Exit(2)
 	}
 	var err error
@@ -33,6 +34,8 @@ func main() {
 		os.Exit(runClient(os.Args[2:]))
 	case "fleet":
 		os.Exit(runFleet(os.Args[2:]))
+	case "ipstring":
+		err = runIPString()
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
