@@ -1,6 +1,6 @@
 """Which resources the test bed serves, and the discovery documents that describe them.
 
-The set follows what Typha's KDD syncers list and watch (typha-operations.md §8.1): the core
+The set follows what Typha's KDD syncers list and watch (trio_typha/model/syncers.py lists them per syncer type): the core
 kinds, EndpointSlices, Kubernetes NetworkPolicies, optionally ClusterNetworkPolicies, and the
 Calico kinds in ``crd.projectcalico.org/v1`` and/or ``projectcalico.org/v3``.  Calico picks
 its API group by discovery, so a group that is not served must be absent from ``/apis``.

@@ -1,4 +1,4 @@
-"""gob codec against the byte examples of the wire-protocol reference (§9, §10)."""
+"""gob codec against known byte sequences of Go's encoding/gob (docs/typha-protocol.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Snappy framing (wire-protocol §11): our chunks, and Go's reader rules on input."""
+"""Snappy framing (docs/typha-protocol.md §2.3): our chunks, and Go's reader rules on input."""
 
 from __future__ import annotations
 

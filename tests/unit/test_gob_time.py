@@ -1,4 +1,4 @@
-"""time.Time's binary layout (wire-protocol §9.4)."""
+"""time.Time's binary layout (Go's time.Time.MarshalBinary)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Finding Typha from the agent side, as Felix does it and a little better (seed 004).
+"""Finding Typha from the agent side, as Felix does it and a little better (Calico's
+typha/pkg/discovery/discovery.go is Felix's version).
 
 Sources of addresses (each a :class:`Discovery`):
 

@@ -3,7 +3,7 @@
 The server answers with one JSON document per replica: who it is, and one row per client
 session (from :meth:`~trio_typha.server.connections.ConnectionRegistry.snapshot`).  The
 command line fetches it from one or more replicas and renders the rows, then the spread of
-connections over replicas and syncer types, flagging skew: the question seed 004 asks of a
+connections over replicas and syncer types, flagging skew: the question load sharing between Typha replicas asks of a
 Typha fleet ("which calico-node is connected where, and is the load even?").
 """
 

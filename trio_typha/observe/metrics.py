@@ -1,4 +1,5 @@
-"""Typha's Prometheus metrics, same names, types and labels (typha-operations §3).
+"""Typha's Prometheus metrics, same names, types and labels (Calico's typha/pkg/syncserver/
+sync_server.go and typha/pkg/snapcache/cache.go register them).
 
 One :class:`Metrics` per daemon, on its own registry so tests can create several servers in
 one process.  Per-syncer series exist for all four syncer types from the start, as in Typha.

@@ -1,7 +1,7 @@
 """Typha's mutual TLS: require a client certificate chained to the CA, then check CN / URI SAN.
 
 If both ClientCN and ClientURISAN are configured, either matching is enough; if only one is,
-it must match (typha-wire-protocol §1).  ``TLS_MIN_VERSION`` (``1.2`` or ``1.3``) and
+it must match (docs/typha-protocol.md §1).  ``TLS_MIN_VERSION`` (``1.2`` or ``1.3``) and
 ``TLS_CIPHER_SUITES`` (Go's cipher suite names, comma-separated) are read from the
 environment as Calico does; unlike Calico an invalid value is a named configuration error.
 

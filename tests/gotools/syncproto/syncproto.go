@@ -1,6 +1,6 @@
 // Package syncproto mirrors the shapes of Typha's wire messages for interop tests.
 //
-// These are this project's own definitions, written from the wire-protocol reference: the
+// These are this project's own definitions, written from docs/typha-protocol.md §2.2: the
 // struct and field names and the registered gob names are what goes on the wire, so they
 // must match Typha's; nothing else about Typha's code is used.  The package is named
 // syncproto so that gob spells the unnamed slice types as Typha does

@@ -4,7 +4,8 @@ A gob stream is a series of messages, each a gob uint byte count plus payload.  
 either a type definition (negative type id, then a ``wireType`` value) or a value (positive
 type id, then the value).  Struct fields travel as (field-number delta, value) pairs with
 zero values omitted; interface values carry their concrete type's registered name.  The
-rules are summarized in the wire-protocol reference §9.
+rules are summarized in docs/typha-protocol.md §2.1; Go's own description is the package
+documentation of encoding/gob (src/encoding/gob/doc.go).
 
 The pieces: :mod:`.codec_types` (local types, type ids, wire definitions, primitives),
 :mod:`.codec_encode` (:class:`Encoder`) and :mod:`.codec_decode` (:class:`Decoder`); this module gathers

@@ -1,7 +1,7 @@
 """Go's ``time.Time`` as gob carries it: the bytes of ``Time.MarshalBinary``.
 
 Typha's MsgPing / MsgPong timestamps are time.Time, a GobEncoder, so on the wire they are a
-length-prefixed blob in one of two layouts (wire-protocol §9.4):
+length-prefixed blob in one of two layouts (Go's src/time/time.go, MarshalBinary):
 
 * version 1, 15 bytes: ``01``, int64 seconds since 0001-01-01T00:00:00Z, int32 nanoseconds,
   int16 zone offset in minutes east of UTC, where -1 means UTC;

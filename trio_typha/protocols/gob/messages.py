@@ -2,7 +2,7 @@
 
 Field order is Go's declaration order: it fixes gob's field numbers.  Struct and field names
 are what Go's decoder matches on, and the registered names keep Typha's pre-monorepo
-package path (wire-protocol §3).  Every message travels inside :class:`Envelope`.
+package path (docs/typha-protocol.md §2.2).  Every message travels inside :class:`Envelope`.
 
 ``MsgKVs`` carries :class:`trio_typha.model.kv.SerializedUpdate` directly, so the updates the
 cache publishes are encoded without conversion.

@@ -5,7 +5,7 @@ to use, when the client has been silent too long, what bytes a batch of breadcru
 ping becomes.  It never reads a clock or touches a socket: the caller passes ``now`` (trio's
 clock) into every method and carries out the :data:`Action` values it gets back.
 
-Phases (wire-protocol §4)::
+Phases (docs/typha-protocol.md §2.3)::
 
     AWAIT_HELLO --hello--> AWAIT_ACK1 --ACK--> SNAPSHOT --written--> AWAIT_ACK2 --ACK--> STREAMING
                    \\--legacy hello------------> SNAPSHOT --written------------------------^

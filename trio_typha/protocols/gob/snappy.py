@@ -3,7 +3,7 @@
 A framed stream is a series of chunks: one type byte, a 3-byte little-endian length, the
 body.  It starts with the stream identifier chunk; data chunks (``00`` compressed, ``01``
 stored) carry at most 64 KiB of data each and the masked CRC-32C of that data
-(wire-protocol §11).
+(docs/typha-protocol.md §2.3; github.com/golang/snappy's framing_format.txt).
 
 Compression and checksums are done by ``cramjam`` (Rust's snap crate), whose framed
 encoder writes this very format; we only cut its output into the chunk runs the protocol
