@@ -12,9 +12,9 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from ..model.kinds import ResourceKind
-from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .etcd_gateway import Header, KeyValue, WatchResponse
 from .etcd_layout import KeyParser, decode_value
+from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .known import KnownObjects
 
 log = logging.getLogger(__name__)
