@@ -404,7 +404,6 @@ class Daemon:
         """ServerWorkers > 1: the private feed for the workers, then the workers."""
         import tempfile
 
-        from .protocols.grpc.shell import serve_h2_connection
         cfg = self.config
         assert self.ctx is not None
         count = cfg.server_workers - 1
@@ -431,8 +430,7 @@ class Daemon:
                 detail=self.workers.detail() if self.workers is not None else ""))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(partial(
-                    trio.serve_listeners,
-                    lambda stream: serve_h2_connection(stream, upstream_ctx, peer="worker"),
+                    trio.serve_listeners, partial(_serve_worker_stream, upstream_ctx),
                     [trio.SocketListener(sock)]))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])
@@ -486,6 +484,11 @@ class Daemon:
             async for signum in signals:
                 log.info("Received %s, shutting down", signal.Signals(signum).name)
                 self.shutdown()
+
+
+async def _serve_worker_stream(ctx: ServerContext, stream: trio.SocketStream) -> None:
+    from .protocols.grpc.shell import serve_h2_connection
+    await serve_h2_connection(stream, ctx, peer="worker")
 
 
 def _staleness(feed: CacheFeed) -> float:

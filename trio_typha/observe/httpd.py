@@ -89,7 +89,7 @@ async def _handle(stream: trio.abc.Stream, handler: Handler,
                 if event is h11.NEED_DATA:
                     data = await stream.receive_some(4096)
                     head += data
-                    conn.receive_data(data)
+                    conn.receive_data(bytes(data))
                     continue
                 if isinstance(event, h11.Request):
                     path = event.target.decode("latin-1").split("?", 1)[0]

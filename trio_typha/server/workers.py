@@ -308,7 +308,8 @@ def aggregate_exposition(own: str, others: list[str]) -> str:
 
 def _fmt(value: float) -> str:
     from prometheus_client.utils import floatToGoString
-    return floatToGoString(value)
+    text: str = floatToGoString(value)
+    return text
 
 
 if __name__ == "__main__":
