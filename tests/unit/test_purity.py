@@ -53,6 +53,7 @@ PURE = [
     "trio_typha.protocols.grpc.session",
     "trio_typha.protocols.grpc.encode_once",
     "trio_typha.server.lag",
+    "trio_typha.server.liveness",
     "trio_typha.server.settings",
     "trio_typha.server.sniff",
     "trio_typha.syncer.tracker",

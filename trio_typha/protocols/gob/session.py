@@ -20,13 +20,13 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ...cache.core import Breadcrumb
 from ...model.kv import SyncStatus
 from ...server.lag import Lag, LagPolicy
+from ...server.liveness import Liveness
 from ...server.settings import ServerSettings
 from . import encode_once, snappy
 from .codec import NEED_DATA, Decoder, GobError
@@ -45,10 +45,6 @@ from .messages import (
 
 #: Typha serves an empty syncer type as felix.
 DEFAULT_SYNCER_TYPE = "felix"
-# Ping and pong-check jitter: up to 10 % of the interval, added (never subtracted).
-_PING_JITTER = 0.1
-# Pings remembered for round-trip times (a pong normally answers the latest).
-_PINGS_REMEMBERED = 8
 
 
 class Phase(enum.Enum):
@@ -111,19 +107,16 @@ class ServerSession:
         self._decoder = Decoder(REGISTRY, ENVELOPE,
                                 max_message_size=self.settings.max_inbound_message)
         self.phase = Phase.AWAIT_HELLO
-        #: When :meth:`check_timers` must next run (inf: no timer pending).
-        self.deadline = now + self.settings.handshake_timeout
+        # Handshake and ACK timeouts; while streaming the pong deadline applies instead.
+        self._phase_deadline = now + self.settings.handshake_timeout
         self.hello: MsgClientHello | None = None
         self.syncer_type = ""
         self.compressed = False
         self.close_reason: str | None = None
         self.lag = LagPolicy(self.settings)
-        self.next_ping_at = math.inf
-        self.pongs = 0
-        self.last_rtt: float | None = None
+        self.liveness: Liveness[GoTime] = Liveness(self.settings, self._rng)
         self._last_status = SyncStatus.WAIT_FOR_DATASTORE
         self._early_ack = False
-        self._pings: OrderedDict[GoTime, float] = OrderedDict()
 
     # ---- input from the client
 
@@ -153,7 +146,7 @@ class ServerSession:
             if isinstance(msg, MsgACK):
                 if phase is Phase.AWAIT_ACK1:
                     self.phase = Phase.SNAPSHOT
-                    self.deadline = math.inf
+                    self._phase_deadline = math.inf
                     return [SendSnapshot(compressed=True)]
                 if phase is Phase.AWAIT_ACK2:
                     return self._start_streaming(now, [Send(encode_once.SNAPPY_STREAM_START)])
@@ -186,19 +179,15 @@ class ServerSession:
             self.server_version, syncer_type, True, self.conn_id))
         if compressed:
             self.phase = Phase.AWAIT_ACK1
-            self.deadline = now + self.settings.pong_timeout
+            self._phase_deadline = now + self.settings.pong_timeout
             return [Send(hello + encode_once.RESTART_FOR_SNAPSHOT)]
         self.phase = Phase.SNAPSHOT
-        self.deadline = math.inf
+        self._phase_deadline = math.inf
         return [Send(hello), SendSnapshot(compressed=False)]
 
     def _on_pong(self, msg: MsgPong, now: float) -> None:
-        self.pongs += 1
-        sent = self._pings.pop(msg.ping_timestamp, None)
-        if sent is not None:
-            self.last_rtt = now - sent
-        if self.phase is Phase.STREAMING:
-            self.deadline = now + self.settings.pong_timeout
+        # Any pong proves the client alive, even one for a ping we no longer remember.
+        self.liveness.pong(msg.ping_timestamp, now)
 
     # ---- progress reported by the shell
 
@@ -212,13 +201,12 @@ class ServerSession:
         if self._early_ack:
             return self._start_streaming(now, [Send(encode_once.SNAPPY_STREAM_START)])
         self.phase = Phase.AWAIT_ACK2
-        self.deadline = now + self.settings.pong_timeout
+        self._phase_deadline = now + self.settings.pong_timeout
         return []
 
     def _start_streaming(self, now: float, actions: list[Action]) -> list[Action]:
         self.phase = Phase.STREAMING
-        self.deadline = now + self.settings.pong_timeout
-        self._schedule_ping(now)
+        self.liveness.start(now)
         return [*actions, StartStreaming()]
 
     def check_timers(self, now: float) -> list[Action]:
@@ -285,25 +273,37 @@ class ServerSession:
         # which a type checker's narrowing of self.phase cannot see.
         return self.phase is not Phase.CLOSED
 
+    @property
+    def deadline(self) -> float:
+        """When :meth:`check_timers` must next run (inf: no timer pending)."""
+        if self.phase is Phase.STREAMING:
+            return self.liveness.deadline
+        return self._phase_deadline
+
+    @property
+    def next_ping_at(self) -> float:
+        return self.liveness.next_ping_at if self.phase is Phase.STREAMING else math.inf
+
+    @property
+    def pongs(self) -> int:
+        return self.liveness.pongs
+
+    @property
+    def last_rtt(self) -> float | None:
+        return self.liveness.last_rtt
+
     def ping_due(self, now: float) -> bool:
-        return self.phase is Phase.STREAMING and now >= self.next_ping_at
+        return self.phase is Phase.STREAMING and self.liveness.ping_due(now)
 
     def ping(self, now: float, wall: GoTime) -> bytes:
         """A MsgPing stamped ``wall`` (the wall clock: it is data, echoed by the client)."""
-        self._pings[wall] = now
-        while len(self._pings) > _PINGS_REMEMBERED:
-            self._pings.popitem(last=False)
-        self._schedule_ping(now)
+        self.liveness.ping_sent(wall, now)
         return self.frame(encode_once.encode(MsgPing(wall)))
-
-    def _schedule_ping(self, now: float) -> None:
-        interval = self.settings.ping_interval
-        self.next_ping_at = now + interval * (1 + _PING_JITTER * self._rng.random())
 
     def _close(self, reason: str) -> Close:
         self.phase = Phase.CLOSED
         self.close_reason = reason
-        self.deadline = math.inf
+        self._phase_deadline = math.inf
         return Close(reason)
 
 

@@ -32,8 +32,9 @@ from ...cache.core import Breadcrumb
 from ...cache.fanout import Owner, Seat
 from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
-from ...server.connections import Connection, State
+from ...server.connections import Connection
 from ...server.context import ServerContext
+from ...server.session_metrics import SessionReport
 from ..hello import log_hello
 from . import encode_once
 from .gotime import GoTime
@@ -130,8 +131,7 @@ class _GobConnection:
             server_version=ctx.version or BUILD_VERSION, conn_id=self.conn_id,
             now=trio.current_time(), rng=random.Random())
         self.close_reason: str | None = None
-        self._streaming = False
-        self._pongs_seen = 0
+        self._report: SessionReport | None = None  # once the syncer type is known
         self._actions_tx, self._actions_rx = trio.open_memory_channel[Action](8)
         self._cancel = trio.CancelScope()
         self._timer = trio.CancelScope()
@@ -147,8 +147,8 @@ class _GobConnection:
                     nursery.start_soon(self._writer)
                     nursery.start_soon(self._reader, prefix)
         finally:
-            if self._streaming:
-                self._metrics().streaming.dec()
+            if self._report is not None:
+                self._report.close()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
         if self.close_reason is None:
@@ -196,10 +196,9 @@ class _GobConnection:
 
     async def _handle(self, actions: list[Action]) -> None:
         self._rearm()
-        if self.session.pongs != self._pongs_seen:
-            self._pongs_seen = self.session.pongs
-            if self.session.last_rtt is not None:
-                self._metrics().ping_latency.observe(self.session.last_rtt)
+        rtt = self.session.liveness.take_rtt()
+        if self._report is not None:
+            self._report.measured_rtt(rtt)
         hello = self.session.hello
         if hello is not None and not self.info.syncer_type:
             log_hello(log, "typha", self.peer, self.conn_id, hostname=hello.hostname,
@@ -234,20 +233,17 @@ class _GobConnection:
             if isinstance(action, Send):
                 await self._write(action.data)
             elif isinstance(action, SendSnapshot):
-                started = trio.current_time()
+                self._report = SessionReport(self.info, self._metrics())
+                self._report.snapshot_started(trio.current_time())
                 crumb = self._feed().snapshot_point()
-                self.info.state = State.SNAPSHOT
                 self.info.compression = "snappy" if action.compressed else ""
                 await self._write(await self._snapshot_bytes(crumb, action.compressed))
                 self.info.reached(crumb.seq, crumb.timestamp)
                 pending.extend(self.session.snapshot_sent(trio.current_time()))
-                self._metrics().snapshot_send_secs.observe(trio.current_time() - started)
                 self._rearm()
             elif isinstance(action, StartStreaming):
-                assert crumb is not None
-                self._metrics().streaming.inc()
-                self._streaming = True
-                self.info.state = State.STREAMING
+                assert crumb is not None and self._report is not None
+                self._report.streaming(trio.current_time())
                 return crumb
 
     async def _stream_deltas(self, crumb: Breadcrumb) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ...cache.core import Breadcrumb
 from ...model.kv import SYNCER_TYPES, SyncStatus
 from ...server.lag import Lag, LagPolicy
+from ...server.liveness import Liveness
 from ...server.settings import ServerSettings
 from . import encode_once
 from . import typha_pb2 as pb
@@ -52,12 +53,9 @@ class SyncSession:
         self.start: ClientStart | None = None
         self.last_status_sent: SyncStatus | None = None
         self.live_since = 0.0
-        self.last_pong_at = 0.0
-        self.next_ping_at = float("inf")
-        self.last_rtt: float | None = None
         self.lag = LagPolicy(self.settings)
+        self.liveness: Liveness[int] = Liveness(self.settings, self._rng)
         self._ping_id = 0
-        self._pings_in_flight: dict[int, float] = {}  # id -> sent at; bounded by pong timeout
 
     # --- client messages ----------------------------------------------------------------
 
@@ -89,14 +87,9 @@ class SyncSession:
         return self.start
 
     def _on_ack(self, ping_id: int, now: float) -> None:
-        sent_at = self._pings_in_flight.pop(ping_id, None)
-        if sent_at is None:
-            raise GrpcError(StatusCode.INVALID_ARGUMENT, f"ack for unknown ping id {ping_id}")
         # An ack answers every earlier ping too (they may have crossed in flight).
-        for older in [i for i in self._pings_in_flight if i < ping_id]:
-            del self._pings_in_flight[older]
-        self.last_pong_at = now
-        self.last_rtt = now - sent_at
+        if not self.liveness.pong(ping_id, now, answers_earlier=True):
+            raise GrpcError(StatusCode.INVALID_ARGUMENT, f"ack for unknown ping id {ping_id}")
 
     # --- what to send -------------------------------------------------------------------
 
@@ -104,9 +97,9 @@ class SyncSession:
         """The header, snapshot and ``finished`` are out: start the live phase."""
         self.phase = Phase.LIVE
         self.last_status_sent = status
-        self.live_since = self.last_pong_at = now
+        self.live_since = now
         self.lag.snapshot_sent(now)
-        self.next_ping_at = now + self._ping_gap()
+        self.liveness.start(now)
 
     def messages_for(self, crumb: Breadcrumb) -> list[bytes]:
         """What the client must get for ``crumb``: its updates, then a status change."""
@@ -137,27 +130,28 @@ class SyncSession:
     def ping(self, now: float, timestamp_ns: int) -> bytes:
         """The next ping; schedules the one after (interval plus up to 10% jitter)."""
         self._ping_id += 1
-        self._pings_in_flight[self._ping_id] = now
-        self.next_ping_at = now + self._ping_gap()
+        self.liveness.ping_sent(self._ping_id, now)
         return encode_once.ping_message(self._ping_id, timestamp_ns)
-
-    def _ping_gap(self) -> float:
-        interval = self.settings.ping_interval
-        return interval + self._rng.uniform(0.0, 0.1 * interval)
 
     # --- liveness -----------------------------------------------------------------------
 
     @property
+    def next_ping_at(self) -> float:
+        return self.liveness.next_ping_at
+
+    @property
+    def last_rtt(self) -> float | None:
+        return self.liveness.last_rtt
+
+    @property
     def pong_deadline(self) -> float:
         """When the stream dies unless an ack arrives first (inf before the live phase)."""
-        if self.phase is not Phase.LIVE:
-            return float("inf")
-        return self.last_pong_at + self.settings.pong_timeout
+        return self.liveness.deadline
 
     def check_pong(self, now: float) -> None:
-        if now >= self.pong_deadline:
+        if self.liveness.expired(now):
             raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
-                            f"no ping ack for {now - self.last_pong_at:.1f}s "
+                            f"no ping ack for {self.liveness.silence(now):.1f}s "
                             f"(pong timeout {self.settings.pong_timeout:g}s)")
 
     def check_fall_behind(self, crumb: Breadcrumb, latest: Breadcrumb, now: float, *,

@@ -28,6 +28,7 @@ from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection, Session, State
 from ...server.context import ServerContext
+from ...server.session_metrics import SessionReport
 from ..hello import log_hello
 from . import encode_once
 from .session import SyncSession
@@ -111,24 +112,17 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
         log_hello(log, "grpc", conn.peer, info.id, hostname=start.hostname,
                   syncer_type=start.syncer_type, version=start.version, info=start.info,
                   compression="")
-        streaming = False
-        try:
+        with SessionReport(info, metrics) as report:
             async with trio.open_nursery() as nursery:
                 # Read from the start: a second start (or anything else out of turn) ends
                 # the stream when it arrives, not once the snapshot is out.
-                nursery.start_soon(_read_acks, stream, session, metrics)
-                started = trio.current_time()
+                nursery.start_soon(_read_acks, stream, session, report)
+                report.snapshot_started(trio.current_time())
                 crumb = await _send_snapshot(stream, ctx, session, feed, info)
-                metrics.snapshot_send_secs.observe(trio.current_time() - started)
-                metrics.streaming.inc()
-                streaming = True
-                info.state = State.STREAMING
+                report.streaming(trio.current_time())
                 nursery.start_soon(_watch_pongs, session)
                 nursery.start_soon(_send_pings, stream, session, info)
                 await _send_updates(stream, session, feed, crumb, info, metrics)
-        finally:
-            if streaming:
-                metrics.streaming.dec()
 
 
 async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
@@ -201,12 +195,10 @@ async def _send_pings(stream: MessageStream, session: SyncSession, info: Session
 
 
 async def _read_acks(stream: MessageStream, session: SyncSession,
-                     metrics: SyncerMetrics) -> None:
+                     report: SessionReport) -> None:
     while (payload := await stream.receive()) is not None:
-        rtt = session.last_rtt
         session.on_request(payload, trio.current_time())
-        if session.last_rtt is not None and session.last_rtt is not rtt:
-            metrics.ping_latency.observe(session.last_rtt)
+        report.measured_rtt(session.liveness.take_rtt())
     # Half-closed: no more acks can come, so the pong timeout will end the stream; until
     # then the client keeps getting updates.
 
