@@ -46,6 +46,7 @@ PURE = [
     "trio_typha.protocols.gob.session",
     "trio_typha.protocols.gob.client_session",
     "trio_typha.protocols.grpc.abuse",
+    "trio_typha.protocols.grpc.client_session",
     "trio_typha.protocols.grpc.framing",
     "trio_typha.protocols.grpc.metadata",
     "trio_typha.protocols.grpc.status",
