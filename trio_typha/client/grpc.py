@@ -22,11 +22,12 @@ from ..protocols.grpc.client_session import (
     Updates,
     kv_from_pb,
 )
+from ..protocols.grpc.status import GrpcError, StatusCode
 from .tls import tls_handshake
 from .view import SyncView
 
-__all__ = ["Finished", "Header", "StatusChanged", "SyncEvent", "Updates", "apply_event",
-           "kv_from_pb", "open_stream", "sync"]
+__all__ = ["Finished", "GrpcError", "Header", "StatusChanged", "StatusCode", "SyncEvent",
+           "Updates", "apply_event", "kv_from_pb", "open_stream", "sync"]
 
 
 async def open_stream(host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
