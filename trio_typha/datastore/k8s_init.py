@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 
 from ..model.kinds import calico_kind
-from .k8s_api import ApiError, KubeApi, MalformedResponse, resource_path
+from .k8s_api import ApiError, KubeApi, resource_path
+from .k8s_stream import MalformedResponse
 
 log = logging.getLogger(__name__)
 
