@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import trio
 
 from . import BUILD_VERSION
-from .config import ConfigError, help_table, load_config, param_by_flag
+from .config import ConfigError, help_table, load_config
 from .datastore.memory import StoreError
 from .datastore.seed import SeedError
 from .logs import early_level, setup_logging
@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics")
     s.add_argument("--metrics-port", help="metrics port, default 9093")
     s.add_argument("--protocols", help="all | typha | grpc (TYPHA_SERVERPROTOCOLS)")
+    s.add_argument("--strict-config", action="store_true",
+                   help="an unknown --set name is an error (by default: logged and ignored)")
     s.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                    help="set any Typha parameter by name, e.g. --set ServerPingIntervalSecs=5")
 
@@ -150,9 +152,11 @@ def _serve(args: argparse.Namespace) -> int:
         name, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected PARAM=VALUE")
-        overrides[param_by_flag(name).name] = value
-    cfg = load_config(config_file=args.config_file, overrides=overrides)
-    setup_logging(cfg.log_severity_screen)
+        overrides[name] = value
+    cfg = load_config(config_file=args.config_file, overrides=overrides,
+                      strict=args.strict_config)
+    setup_logging(cfg.log_severity_screen, file_path=cfg.log_file_path,
+                  file_level=cfg.log_severity_file, sys_level=cfg.log_severity_sys)
     from .daemon import Daemon
     try:
         daemon = Daemon(cfg, handle_signals=True)

@@ -193,6 +193,24 @@ class Config:
         "EtcdScheme + EtcdAddr", zero=())
     log_severity_screen: str = param("LogSeverityScreen", _oneof(*LOG_LEVELS), "INFO",
                                      "log level on stderr")
+    # Typha's default is /var/log/calico/typha.log, which its own image's typha.cfg turns
+    # off ("none"); here it is off unless set.
+    log_file_path: str = param("LogFilePath", _string, "",
+                               "also log to this file (empty or none: no file)")
+    log_severity_file: str = param("LogSeverityFile", _oneof(*LOG_LEVELS), "INFO",
+                                   "log level of LogFilePath")
+    log_severity_sys: str = param("LogSeveritySys", _oneof(*LOG_LEVELS), "INFO",
+                                  "log level to the local syslog (tag calico-typha); none: off")
+    debug_memory_profile_path: str = param(
+        "DebugMemoryProfilePath", _string, "",
+        "on SIGUSR1 write a tracemalloc snapshot here (<timestamp> is replaced)")
+    debug_disable_log_dropping: bool = param(
+        "DebugDisableLogDropping", _bool, False,
+        "Typha: block instead of dropping logs; trio-typha never drops logs")
+    debug_host: str = param("DebugHost", _host, "localhost", "debug endpoint bind address")
+    debug_port: int = param("DebugPort", _int(0, 65535), 0,
+                            "debug endpoint port: /debug/tasks, /debug/memory, /debug/config "
+                            "(0: off)")
     health_enabled: bool = param("HealthEnabled", _bool, False,
                                  "serve /liveness and /readiness")
     health_host: str = param("HealthHost", _host, "localhost", "health bind address")
@@ -387,12 +405,27 @@ def _read_file(path: str, explicit: bool) -> dict[str, str]:
     return out
 
 
+_SENSITIVE = ("password", "token", "secret", "credential", "private")
+
+
+def _shown(name: str, value: str) -> str:
+    """``value`` for the log, or ``<redacted>`` when ``name`` looks secret (as Typha)."""
+    low = name.lower()
+    if low.endswith(("file", "path")):
+        return value
+    if any(w in low for w in _SENSITIVE) or low.endswith(("key", "cert", "kubeconfig")):
+        return "<redacted>"
+    return value
+
+
 def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None = None,
-                overrides: Mapping[str, str] | None = None) -> Config:
+                overrides: Mapping[str, str] | None = None, strict: bool = False) -> Config:
     """Merge defaults < config file < environment < ``overrides`` (flags) into a Config.
 
     ``overrides`` are keyed by Typha parameter name (case-insensitive).  Raises
-    :class:`ConfigError` on the first invalid value or failed cross-field check.
+    :class:`ConfigError` on the first invalid value or failed cross-field check.  Unknown
+    names are logged and ignored, as Typha does for its environment, wherever they come
+    from; with ``strict`` an unknown flag (``--set``) is an error instead.
     """
     env = os.environ if env is None else env
     sources: list[tuple[str, dict[str, str]]] = []
@@ -403,6 +436,7 @@ def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None
         low = name.lower()
         if low.startswith("typha_"):
             env_values[name.split("_", 1)[1]] = value
+            log.info('Found typha environment variable: %s="%s"', name, _shown(name, value))
     sources.append(("environment", env_values))
     sources.append(("flag", dict(overrides or {})))
 
@@ -411,8 +445,12 @@ def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None
         for raw_name, raw in raw_values.items():
             param = _BY_NAME.get(raw_name.lower())
             if param is None:
+                if origin == "flag" and strict:
+                    raise ConfigError(f"--set {raw_name}: unknown parameter (--strict-config)")
                 if origin == "environment" and raw_name.lower() not in ("configfile",):
                     log.info("Ignoring unknown config param TYPHA_%s", raw_name.upper())
+                elif origin != "environment":
+                    log.info("Ignoring unknown config param %s (from %s)", raw_name, origin)
                 continue
             what = (param.env if origin == "environment"
                     else f"{param.name} (from {origin})")
@@ -429,6 +467,10 @@ def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None
                 raise ConfigError(f"{what}: invalid value {raw!r}: {exc}") from None
     cfg = Config(**values)
     _validate(cfg)
+    changed = {p.name: _shown(p.name, str(getattr(cfg, p.field))) for p in PARAMS
+               if getattr(cfg, p.field) != p.default}
+    log.info("Successfully loaded configuration. non-default: %s",
+             ", ".join(f"{k}={v}" for k, v in changed.items()) or "none")
     return cfg
 
 

@@ -226,6 +226,9 @@ class Daemon:
         """Run until :meth:`shutdown` (or a signal) has drained every connection."""
         cfg = self.config
         log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.datastore.name)
+        if cfg.debug_memory_profile_path:
+            import tracemalloc
+            tracemalloc.start()  # so SIGUSR1's snapshot has the allocations since start
         log_nofile_limit()
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
@@ -309,6 +312,17 @@ class Daemon:
                             cfg.prometheus_metrics_port, self._metrics_http,
                             tls=self._metrics_tls))
                 self.ports["metrics"] = listeners[0].socket.getsockname()[1]
+            if cfg.debug_port:
+                from .observe.debug import debug_handler
+                if cfg.debug_host not in ("localhost", "127.0.0.1", "::1"):
+                    log.warning("The debug endpoint (task tree, memory, configuration) is "
+                                "listening on %s, not localhost: anyone who can reach it can "
+                                "read them", cfg.debug_host)
+                listeners = await self._start_http(
+                    nursery, "debug", "TYPHA_DEBUGPORT", cfg.debug_host, cfg.debug_port,
+                    partial(serve_http, cfg.debug_host, cfg.debug_port,
+                            debug_handler(cfg)))
+                self.ports["debug"] = listeners[0].socket.getsockname()[1]
             if self.store is not None and cfg.memory_churn_rate > 0:
                 from .datastore.churn import Churn
                 await nursery.start(Churn(self.store, cfg.memory_churn_rate).run)
@@ -480,10 +494,30 @@ class Daemon:
             max_interval=cfg.effective("ShutdownConnectionDropIntervalMaxSecs"))
 
     async def _signals(self) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
             async for signum in signals:
+                if signum == signal.SIGUSR1:
+                    self.memory_profile()
+                    continue
                 log.info("Received %s, shutting down", signal.Signals(signum).name)
                 self.shutdown()
+
+    def memory_profile(self) -> str | None:
+        """SIGUSR1: a tracemalloc snapshot to DebugMemoryProfilePath (as Typha's heap
+        profile); returns the path written."""
+        template = self.config.debug_memory_profile_path
+        if not template:
+            log.info("Received SIGUSR1; DebugMemoryProfilePath is not set, no profile written")
+            return None
+        from .observe.debug import write_memory_profile
+        try:
+            path = write_memory_profile(template)
+        except OSError as exc:
+            log.error("Received SIGUSR1, but writing the memory profile to %s failed: %s",
+                      template, exc)
+            return None
+        log.info("Received SIGUSR1, emitting memory profile to %s", path)
+        return path
 
 
 async def _serve_worker_stream(ctx: ServerContext, stream: trio.SocketStream) -> None:

@@ -1,9 +1,17 @@
-"""Logging to stderr in Typha's line format: ``time [LEVEL][pid] module line: message``."""
+"""Logging in Typha's line format: ``time [LEVEL][pid] module line: message``.
+
+To stderr at LogSeverityScreen, to LogFilePath at LogSeverityFile, and to the local syslog
+(tag ``calico-typha``, without time and pid, as Typha) at LogSeveritySys.  Writes are
+synchronous, so nothing is ever dropped (Typha drops when its 100-entry queue is full
+unless DebugDisableLogDropping).
+"""
 
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
+import socket
 import sys
 
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
@@ -17,15 +25,63 @@ class TyphaFormatter(logging.Formatter):
                          datefmt="%Y-%m-%d %H:%M:%S")
 
 
-def setup_logging(level: str = "INFO") -> None:
-    """Configure the root logger once; ``level`` is a Typha severity name."""
+class SyslogFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(fmt="calico-typha[%(process)d]: [%(levelname)s] %(module)s.py "
+                             "%(lineno)d: %(message)s")
+
+
+SYSLOG_ADDRESS = "/dev/log"
+_OURS: list[logging.Handler] = []
+
+
+def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str = "INFO",
+                  sys_level: str = "") -> None:
+    """Configure the root logger once; levels are Typha severity names ("" turns the file
+    or syslog destination off)."""
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(TyphaFormatter())
-    root.addHandler(handler)
-    root.setLevel(_LEVELS.get(level.upper(), logging.INFO))
+        if h in _OURS:  # files and syslog we opened; never others' handlers
+            _OURS.remove(h)
+            h.close()
+    screen = logging.StreamHandler(sys.stderr)
+    screen.setFormatter(TyphaFormatter())
+    screen.setLevel(_LEVELS.get(level.upper(), logging.INFO))
+    root.addHandler(screen)
+    levels = [screen.level]
+    problems = []
+    if file_path:
+        try:
+            os.makedirs(os.path.dirname(file_path) or ".", exist_ok=True)
+            to_file = logging.FileHandler(file_path, encoding="utf-8")
+        except OSError as exc:
+            problems.append(f"Failed to open log file {file_path} (LogFilePath): {exc}")
+        else:
+            to_file.setFormatter(TyphaFormatter())
+            to_file.setLevel(_LEVELS.get(file_level.upper(), logging.INFO))
+            root.addHandler(to_file)
+            _OURS.append(to_file)
+            levels.append(to_file.level)
+    if sys_level:
+        try:
+            # SysLogHandler swallows a failed connect; find out first, as Typha reports it.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+                probe.connect(SYSLOG_ADDRESS)
+            to_sys = logging.handlers.SysLogHandler(address=SYSLOG_ADDRESS)
+        except OSError as exc:
+            problems.append(f"Failed to connect to syslog ({exc}). To prevent this error, "
+                            "either set config parameter LogSeveritySys=none or configure a "
+                            "local syslog service.")
+        else:
+            to_sys.setFormatter(SyslogFormatter())
+            to_sys.setLevel(_LEVELS.get(sys_level.upper(), logging.INFO))
+            root.addHandler(to_sys)
+            _OURS.append(to_sys)
+            levels.append(to_sys.level)
+    root.setLevel(min(levels))
+    for problem in problems:
+        logging.getLogger(__name__).error("%s", problem)
     # Chatty libraries stay at WARNING unless we are debugging.
     if root.level > logging.DEBUG:
         for noisy in ("hpack", "h2", "httpx", "httpcore"):
