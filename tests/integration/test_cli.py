@@ -21,7 +21,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     ({"TYPHA_DATASTORETYPE": "zookeeper"}, [], "TYPHA_DATASTORETYPE"),
     ({}, ["--datastore", "memory", "--set", "ServerPongTimeoutSecs=soon"],
      "ServerPongTimeoutSecs"),
-    ({}, ["--set", "NoSuchThing=1"], "NoSuchThing"),
+    ({}, ["--strict-config", "--set", "NoSuchThing=1"], "NoSuchThing"),
     ({"TYPHA_CLIENTCN": "felix"}, ["--datastore", "memory"], "TYPHA_SERVERCERTFILE"),
 ])
 def test_config_errors_exit_2_and_name_the_variable(env, args, needle) -> None:
