@@ -191,7 +191,10 @@ class Chaos:
                  nursery: trio.Nursery, *, agents_per_protocol: int) -> None:
         self.backend = backend
         self.proxy = proxy
+        #: Fault order and parameters: the same sequence for the same seed, however the
+        #: run's timing goes (the writes, whose number depends on timing, use their own).
         self.rng = rng
+        self.data_rng = random.Random(rng.random())
         self.nursery = nursery
         self.agents_per_protocol = agents_per_protocol
         self.port = 0
@@ -269,7 +272,7 @@ class Chaos:
         while True:
             await self.churning.wait()
             with contextlib.suppress(*self.backend.write_errors):
-                await self.backend.write(self.rng)
+                await self.backend.write(self.data_rng)
                 self.writes += 1
             await trio.sleep(0.04)
 
@@ -461,7 +464,7 @@ async def cut_and_compact(env: Chaos) -> None:
     backend = env.backend
     assert isinstance(backend, EtcdBackend)
     for _ in range(10):
-        await backend.write(env.rng)
+        await backend.write(env.data_rng)
         env.writes += 1
     await backend.client.compact(await backend.client.revision())
     await trio.sleep(env.rng.uniform(0.2, 0.8))
@@ -600,7 +603,7 @@ async def _run(backend: Backend, faults: int, seed: int, agents_per_protocol: in
         await nursery.start(proxy.serve)
         env = Chaos(backend, proxy, rng, nursery, agents_per_protocol=agents_per_protocol)
         for _ in range(40):
-            await backend.write(rng)
+            await backend.write(env.data_rng)
         await env.start_replica()
         env.start_fleet()
         nursery.start_soon(env.churn)
