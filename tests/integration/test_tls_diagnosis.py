@@ -29,7 +29,7 @@ from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
 from trio_typha.model.kv import SyncStatus
-from trio_typha.server.tls_diagnosis import TLSFailure
+from trio_typha.server.tls_diagnosis import TLSFailure, enable_capture
 
 UTC = datetime.UTC
 
@@ -324,6 +324,7 @@ async def test_python_client_checks_server_cn_and_uri_san(pki: dict[str, Any],
         rogue = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         pki["other"].configure_trust(rogue)
         rogue.check_hostname = False
+        enable_capture(rogue)  # as client_ssl_context does: details of the rejected cert
         with pytest.raises(TLSFailure) as unknown:
             await g.open_stream("127.0.0.1", port, ssl_context=rogue)
         assert unknown.value.reason == "unknown_ca"

@@ -24,7 +24,10 @@ from ..server.tls_diagnosis import (
 
 def client_ssl_context(ca_file: str | None, cert_file: str | None = None,
                        key_file: str | None = None) -> ssl.SSLContext:
+    """A client context that also records the server's certificate for diagnosis (a
+    Python call per TLS record: meant for the command-line client's one connection)."""
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    enable_capture(ctx)
     ctx.check_hostname = False  # Typha checks CN / URI SAN, not the host name
     if cert_file:
         ctx.load_cert_chain(cert_file, key_file)
@@ -34,8 +37,10 @@ def client_ssl_context(ca_file: str | None, cert_file: str | None = None,
 async def tls_handshake(stream: trio.abc.Stream, context: ssl.SSLContext, *,
                         server_hostname: str | None = None, server_cn: str = "",
                         server_uri_san: str = "") -> trio.SSLStream[trio.abc.Stream]:
-    """Wrap ``stream`` in TLS and check the server's identity; :class:`TLSFailure` if not."""
-    enable_capture(context)
+    """Wrap ``stream`` in TLS and check the server's identity; :class:`TLSFailure` if not.
+
+    The failure names the server's certificate details only if ``context`` records it
+    (:func:`client_ssl_context`); the reason is named either way."""
     tls = trio.SSLStream(stream, context, server_hostname=server_hostname)
     with capturing() as certificates:
         try:

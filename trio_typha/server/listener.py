@@ -176,6 +176,9 @@ class ConnectionHandler:
                     log.info("Connection from %s closed during the TLS handshake: %s",
                              conn.peer, cause or exc)
                 return None
+        if isinstance(self.tls, ServerTLS):
+            # Same certificate, no per-record capture callback from here on.
+            tls.context = self.tls.serving
         cert = tls.getpeercert()
         conn.tls_identity = peer_identity(cert)
         reason = check_peer_identity(cert, self.client_cn, self.client_uri_san)

@@ -77,8 +77,13 @@ def tls_policy(env: Mapping[str, str] | None = None) -> tuple[ssl.TLSVersion, st
 
 
 def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
-                       env: Mapping[str, str] | None = None) -> ssl.SSLContext:
-    """The server context; :class:`ConfigError` naming the setting if a file is bad."""
+                       env: Mapping[str, str] | None = None, capture: bool = True
+                       ) -> ssl.SSLContext:
+    """The server context; :class:`ConfigError` naming the setting if a file is bad.
+
+    ``capture``: record the peer's certificate during handshakes (for diagnosis; it costs
+    a Python call per TLS record, so connections move to a context without it once the
+    handshake is done: :attr:`ServerTLS.serving`)."""
     minimum, ciphers = tls_policy(env)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = minimum
@@ -89,7 +94,8 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
     ctx.verify_mode = ssl.CERT_REQUIRED
     # gRPC clients negotiate h2 by ALPN; Typha's Go client sends no ALPN.
     ctx.set_alpn_protocols(["h2", "http/1.1"])
-    enable_capture(ctx)
+    if capture:
+        enable_capture(ctx)
     from .client_ca_list import send_client_ca_list
     send_client_ca_list(ctx, ca_file)
     return ctx
@@ -130,8 +136,13 @@ class ServerTLS:
     def __init__(self, cert_file: str, key_file: str, ca_file: str) -> None:
         self.files = (cert_file, key_file, ca_file)
         self._stamp = self._stat()
-        self.context = server_ssl_context(*self.files)
+        self.context, self.serving = self._build()
         self.reloads = 0
+
+    def _build(self) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+        """(handshake context, the same without certificate capture for after it)."""
+        return (server_ssl_context(*self.files),
+                server_ssl_context(*self.files, capture=False))
 
     def _stat(self) -> tuple[tuple[int, int, int], ...]:
         out = []
@@ -149,12 +160,12 @@ class ServerTLS:
         if stamp != self._stamp:
             self._stamp = stamp
             try:
-                context = server_ssl_context(*self.files)
+                context, serving = self._build()
             except ConfigError as exc:
                 log.error("TLS files changed but cannot be loaded; keeping the previous "
                           "certificate: %s", exc)
             else:
-                self.context = context
+                self.context, self.serving = context, serving
                 self.reloads += 1
                 log.warning("TLS certificate, key or CA changed on disk; now serving %s",
                             describe_chain(self.files[0]))
