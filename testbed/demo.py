@@ -42,18 +42,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-import httpx
 import trio
 from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 
 from trio_typha.client.discovery import ReconnectPolicy
 from trio_typha.observe.httpd import serve_http
 
-from .cluster import Replica, typha_endpoint_slice
+from .cluster import typha_endpoint_slice
 from .demo_options import Options, options
 from .fleet import DiscoverySpec, Fleet, FleetConfig, open_fleet
 from .invariant import ExpectedKV, expected_states, read_kubernetes
 from .jsonlines import JsonLines
+from .replica import ReplicaProcess, free_port
 from .verdict import percentiles_ms, render
 
 log = logging.getLogger("testbed.demo")
@@ -66,23 +66,6 @@ HANG = 120.0  # no single phase of the demo may take longer than this (hang prot
 
 
 # -- the processes ----------------------------------------------------------------------------
-
-def _free_port(hosts: tuple[str, ...]) -> int:
-    """A TCP port free on every one of ``hosts``."""
-    import socket
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = probe.getsockname()[1]
-        try:
-            for host in hosts:
-                with socket.socket() as s:
-                    s.bind((host, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError(f"no TCP port free on all of {hosts}")
-
 
 def _proc_usage(pid: int) -> tuple[float, float, float]:
     """(CPU seconds, RSS MiB, peak RSS MiB) of a live process, from /proc."""
@@ -100,90 +83,30 @@ def _proc_usage(pid: int) -> tuple[float, float, float]:
 
 
 @dataclass
-class ReplicaProcess:
-    index: int
-    ip: str
-    port: int
-    health_port: int
-    log_path: Path
-    proc: trio.Process | None = None
-    alive: bool = False
+class DemoReplica(ReplicaProcess):
+    """A replica as the demo watches it: resource usage and its /feed."""
+
     killed_at: float | None = None
     usage: tuple[float, float, float] = (0.0, 0.0, 0.0)  # last seen (cpu s, rss, peak rss)
     feed: dict[str, Any] = field(default_factory=dict)  # latest /feed sample
     lag_p99_max_ms: float = 0.0  # the worst client lag p99 its feed reported
 
     @property
-    def name(self) -> str:
-        return f"typha-{self.index}"
-
-    @property
-    def address(self) -> str:
-        return f"{self.ip}:{self.port}"
-
-    @property
-    def node(self) -> str:
-        return f"node-{self.index:04d}"
-
-    @property
     def feed_url(self) -> str:
-        return f"ws://{self.ip}:{self.health_port}/feed"
-
-    def replica(self) -> Replica:
-        return Replica(self.name, self.ip, self.port, self.node, ready=self.alive)
+        return f"ws://{self.health}/feed"
 
     def sample_usage(self) -> None:
         if self.proc is not None and self.alive:
             self.usage = _proc_usage(self.proc.pid)
 
-    async def start(self, kubeconfig: str) -> None:
-        env = {**os.environ, "TYPHA_DATASTORETYPE": "kubernetes", "KUBECONFIG": kubeconfig,
-               "TYPHA_SERVERHOST": self.ip, "TYPHA_SERVERPORT": str(self.port),
-               "TYPHA_HEALTHENABLED": "true", "TYPHA_HEALTHHOST": self.ip,
-               "TYPHA_HEALTHPORT": str(self.health_port),
-               "TYPHA_LOGSEVERITYSCREEN": "WARNING", "TYPHA_SHUTDOWNTIMEOUTSECS": "3",
-               "TYPHA_SHUTDOWNCONNECTIONDROPINTERVALMAXSECS": "0.05"}
-        logfile = await trio.to_thread.run_sync(partial(open, self.log_path, "ab"))
-        with logfile:
-            self.proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "trio_typha", "serve"], env=env,
-                stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile)
-        self.alive = True
-
-    async def wait_ready(self) -> None:
-        url = f"http://{self.ip}:{self.health_port}/readiness"
-        async with httpx.AsyncClient(timeout=2.0) as http:
-            while True:
-                assert self.proc is not None
-                if self.proc.returncode is not None:
-                    raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}; "
-                                       f"see {self.log_path}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(url)).status_code == 200:
-                        return
-                await trio.sleep(0.2)
-
     def kill(self) -> None:
         if self.proc is not None and self.alive:
             self.sample_usage()
-            self.proc.kill()
-            self.alive = False
             self.killed_at = trio.current_time()
-
-    async def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with trio.move_on_after(10):
-                await self.proc.wait()
-            if self.proc.returncode is None:
-                self.proc.kill()
-                await self.proc.wait()
-        self.alive = False
+        super().kill()
 
 
-async def _follow_feed(replica: ReplicaProcess, *,
+async def _follow_feed(replica: DemoReplica, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Keep ``replica.feed`` at the latest /feed sample, reconnecting while it is alive."""
     task_status.started()
@@ -211,7 +134,7 @@ class Cluster:
         self.kubeconfig = kubeconfig
         self.client = api_client(kubeconfig)
 
-    def publish(self, replicas: list[ReplicaProcess]) -> None:
+    def publish(self, replicas: list[DemoReplica]) -> None:
         """Create or replace the calico-typha EndpointSlice with ``replicas``."""
         import kubernetes
         api = kubernetes.client.DiscoveryV1Api(self.client)
@@ -254,7 +177,7 @@ class Demo:
         self.out = out
         self.err = err
         self.workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="trio-typha-demo-"))
-        self.replicas: list[ReplicaProcess] = []
+        self.replicas: list[DemoReplica] = []
         self.fleet: Fleet | None = None
         self.cluster: Cluster | None = None
         self.phase = "starting"
@@ -302,7 +225,7 @@ class Demo:
             self.err.write(line + "\n")
             self.err.flush()
 
-    def _agents_on(self, r: ReplicaProcess) -> int:
+    def _agents_on(self, r: DemoReplica) -> int:
         assert self.fleet is not None
         return self.fleet.stats.by_address.get(r.address, 0)
 
@@ -605,9 +528,10 @@ class Demo:
 
     @contextlib.asynccontextmanager
     async def _replicas(self, kubeconfig: str) -> AsyncIterator[None]:
-        port = _free_port(REPLICA_IPS)
-        health = _free_port(REPLICA_IPS)
-        self.replicas = [ReplicaProcess(i, ip, port, health, self.workdir / f"typha-{i}.log")
+        port = free_port(*REPLICA_IPS)
+        health = free_port(*REPLICA_IPS)
+        self.replicas = [DemoReplica(f"typha-{i}", ip, port, health, f"node-{i:04d}",
+                                     self.workdir / f"typha-{i}.log")
                          for i, ip in enumerate(REPLICA_IPS)]
         try:
             for r in self.replicas:

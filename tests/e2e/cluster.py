@@ -9,7 +9,7 @@
 * **embedded** (otherwise, e.g. in CI): the test bed's Kubernetes API server in this process,
   ``trio-typha serve`` replica *processes* on it (the Deployment's ``TYPHA_*`` settings, on
   loopback ports) published in the ``calico-typha`` EndpointSlices, and node agents that
-  find and use them as calico-node does (:class:`Agent`).
+  find and use them as calico-node does (:class:`testbed.fleet.Agent`).
 
 Either way the datastore is read with the official ``kubernetes`` client, and the state each
 replica and agent must converge to comes from :mod:`testbed.invariant`.
@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-import signal
-import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import kubernetes
@@ -38,17 +35,17 @@ import trio
 from testbed import churn as ch
 from testbed import invariant as inv
 from testbed.apiserver import ApiServer, open_apiserver
-from trio_typha.client.discovery import Connector, EndpointSliceDiscovery, ReconnectPolicy
-from trio_typha.client.typha import Disconnected, SyncStatusReceived, TyphaClient
-from trio_typha.datastore.k8s_api import KubeApi
-from trio_typha.datastore.k8s_config import load_kube_client_config
+from testbed.cluster import TYPHA_NAMESPACE, typha_endpoint_slice
+from testbed.fleet import AgentGroup, AgentSpec, DiscoverySpec
+from testbed.replica import ReplicaProcess, free_port
+from trio_typha.client.discovery import ReconnectPolicy
+from trio_typha.client.typha import TyphaClient
 from trio_typha.model import kinds as K
-from trio_typha.model.endpoint_slices import SERVICE_NAME_LABEL
-from trio_typha.model.kv import SYNCER_TYPES, SyncStatus
+from trio_typha.model.kv import SYNCER_TYPES
 
 KUBECONFIG_ENV = "TRIO_TYPHA_E2E_KUBECONFIG"
 KIND_CONTEXT = "kind-trio-typha"
-NAMESPACE = "kube-system"
+NAMESPACE = TYPHA_NAMESPACE
 TYPHA_SELECTOR = "k8s-app=calico-typha"
 #: Hang protection only (a kind cluster reschedules a deleted pod in seconds).
 PATIENCE = 120.0
@@ -70,60 +67,21 @@ def real_kubeconfig() -> tuple[str | None, str | None] | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Replica(Protocol):
+    """A replica as the tests reach it: embedded, a :class:`testbed.replica.ReplicaProcess`;
+    real, a :class:`ForwardedReplica`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def address(self) -> str: ...  # host:port where this test reaches its sync port
 
 
 @dataclass
-class Replica:
+class ForwardedReplica:
     name: str
-    address: str  # host:port where this test reaches its sync port
-    process: trio.Process | None = None  # embedded mode
-    health: str = ""  # embedded mode: host:port of /connections
-
-
-@dataclass
-class Agent:
-    """A node agent that finds and uses Typha as calico-node does: the ``calico-typha``
-    Service's EndpointSlices (replicas on its own node first), one felix connection, and on
-    losing it a short random delay, then a replica it has not tried yet
-    (``trio_typha.client.discovery.Connector``)."""
-
-    name: str
-    connector: Connector | None = None  # None: a real calico-node, watched from outside
-    client: TyphaClient | None = None
-    replica: str = ""
-    connects: int = 0
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> None:
-        assert self.connector is not None
-        started = False
-        while True:
-            address = await self.connector.next_address()
-            client = TyphaClient(address.addr, syncer_type="felix", hostname=self.name,
-                                 info="trio-typha e2e agent", dial_timeout=5.0)
-            synced = False
-            async with client:
-                async for event in client:
-                    if isinstance(event, SyncStatusReceived) and \
-                            event.status is SyncStatus.IN_SYNC and not synced:
-                        synced = True
-                        self.connector.connected()
-                        self.client, self.replica = client, address.addr
-                        self.connects += 1
-                        if not started:
-                            started = True
-                            task_status.started()
-                    elif isinstance(event, Disconnected):
-                        break
-            self.client, self.replica = None, ""
-            if synced:
-                self.connector.dropped()
-            else:
-                self.connector.failed()
+    address: str  # kubectl port-forward's end on this machine
 
 
 class Cluster:
@@ -134,14 +92,10 @@ class Cluster:
     def __init__(self, api: kubernetes.client.ApiClient) -> None:
         self.api = api
         self.replicas: list[Replica] = []
-        self.agents: list[Agent] = []
+        self.agent_names: set[str] = set()
 
     def read(self) -> inv.DatastoreContents:
         return inv.read_kubernetes(self.api)
-
-    @property
-    def agent_names(self) -> set[str]:
-        return {a.name for a in self.agents}
 
     async def connections(self) -> dict[str, set[str]]:
         """Replica name -> hostnames of its felix clients (from its /connections)."""
@@ -162,10 +116,9 @@ class Cluster:
         return ch.Churn(self.api, ch.ChurnConfig(**config))
 
     def agent_holders(self) -> list[tuple[str, str, Any]]:
-        """Agents whose state this test can see (embedded: all; real: none, calico-node's
-        state is inside Felix)."""
-        return [(f"agent {a.name}", "felix", a.client) for a in self.agents
-                if a.client is not None]
+        """Agents whose state this test can see (embedded: all in sync; real: none,
+        calico-node's state is inside Felix)."""
+        return []
 
     @asynccontextmanager
     async def followers(self) -> AsyncIterator[Callable[[], list[tuple[str, str, Any]]]]:
@@ -201,32 +154,30 @@ class EmbeddedCluster(Cluster):
         self.srv = srv
         self.kubeconfig = kubeconfig
         self.discovery = kubernetes.client.DiscoveryV1Api(api)
+        self.agents: AgentGroup | None = None
 
-    async def start_replica(self, nursery: trio.Nursery, index: int) -> Replica:
-        port, health = free_port(), free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-               "CALICO_API_GROUP": f"{K.CALICO_CRD_GROUP}/v1",
-               # As the Deployment sets them, but on loopback ports of this machine.
-               "TYPHA_DATASTORETYPE": "kubernetes", "TYPHA_HEALTHENABLED": "true",
-               "TYPHA_LOGFILEPATH": "none", "TYPHA_LOGSEVERITYSYS": "none",
-               "TYPHA_LOGSEVERITYSCREEN": "warning",
-               "TYPHA_SERVERHOST": "127.0.0.1", "TYPHA_SERVERPORT": str(port),
-               "TYPHA_HEALTHHOST": "127.0.0.1", "TYPHA_HEALTHPORT": str(health),
-               "TYPHA_SHUTDOWNTIMEOUTSECS": "5",
-               "TYPHA_SHUTDOWNCONNECTIONDROPINTERVALMAXSECS": "0.05",
-               "TYPHA_SERVERPINGINTERVALSECS": "1"}
-        process = await nursery.start(partial_process(
-            [sys.executable, "-m", "trio_typha", "serve"], env))
-        replica = Replica(f"replica-{index}", f"127.0.0.1:{port}", process,
-                          f"127.0.0.1:{health}")
-        await _wait_ready(replica)
+    async def start_replica(self, index: int) -> ReplicaProcess:
+        # As the Deployment sets it up, but on loopback ports of this machine.
+        replica = ReplicaProcess(
+            f"replica-{index}", "127.0.0.1", free_port(), free_port(), f"node-{index}",
+            settings={"CALICO_API_GROUP": f"{K.CALICO_CRD_GROUP}/v1",
+                      "TYPHA_LOGFILEPATH": "none", "TYPHA_LOGSEVERITYSYS": "none",
+                      "TYPHA_SHUTDOWNTIMEOUTSECS": "5", "TYPHA_SERVERPINGINTERVALSECS": "1"})
+        await replica.start(str(self.kubeconfig))
+        with trio.fail_after(PATIENCE):
+            await replica.wait_ready()
         # Ready: published as the endpoints controller would, on "its" node.
         await trio.to_thread.run_sync(
             self.discovery.create_namespaced_endpoint_slice, NAMESPACE,
-            _endpoint_slice(replica.name, port, f"node-{index}"))
+            typha_endpoint_slice([replica.replica()], name=replica.name))
         return replica
 
+    def agent_holders(self) -> list[tuple[str, str, Any]]:
+        agents = self.agents.agents if self.agents is not None else []
+        return [(f"agent {a.spec.name}", a.spec.syncer, a) for a in agents if a.in_sync]
+
     async def _connections_document(self, replica: Replica) -> dict[str, Any]:
+        assert isinstance(replica, ReplicaProcess)
         async with httpx.AsyncClient(timeout=10) as http:
             resp = await http.get(f"http://{replica.health}/connections")
         resp.raise_for_status()
@@ -234,48 +185,16 @@ class EmbeddedCluster(Cluster):
 
     async def delete_replica(self, replica: Replica) -> None:
         """As a pod is deleted: out of the EndpointSlices, SIGTERM (graceful drain), exit."""
+        assert isinstance(replica, ReplicaProcess)
         self.replicas.remove(replica)
         await trio.to_thread.run_sync(
             self.discovery.delete_namespaced_endpoint_slice, replica.name, NAMESPACE)
-        assert replica.process is not None
-        replica.process.send_signal(signal.SIGTERM)
-        with trio.fail_after(PATIENCE):
-            await replica.process.wait()
-
-
-def partial_process(cmd: list[str], env: dict[str, str]
-                    ) -> Callable[..., Any]:
-    async def run(*, task_status: trio.TaskStatus[trio.Process]) -> None:
-        await trio.run_process(cmd, env=env, task_status=task_status, check=False)
-    return run
-
-
-async def _wait_ready(replica: Replica) -> None:
-    with trio.fail_after(PATIENCE):
-        while True:
-            if replica.process is not None and replica.process.returncode is not None:
-                raise RuntimeError(f"{replica.name} exited with {replica.process.returncode}")
-            try:
-                async with httpx.AsyncClient(timeout=2) as http:
-                    if (await http.get(f"http://{replica.health}/readiness")).status_code == 200:
-                        return
-            except httpx.HTTPError:
-                pass
-            await trio.sleep(0.1)
+        await replica.stop(grace=PATIENCE)
 
 
 NODES = 4  # as kind-config.yaml: a control plane and three workers
 #: Agents reconnect after uniform(0, this) seconds (calico-node's spread, kept short here).
 RECONNECT_SPREAD = 0.5
-
-
-def _endpoint_slice(name: str, port: int, node: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": NAMESPACE,
-                         "labels": {SERVICE_NAME_LABEL: "calico-typha"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True},
-                           "nodeName": node}],
-            "ports": [{"name": "calico-typha", "port": port, "protocol": "TCP"}]}
 
 
 def _node(i: int) -> dict[str, Any]:
@@ -290,6 +209,10 @@ def _node(i: int) -> dict[str, Any]:
 @asynccontextmanager
 async def embedded_cluster(tmp_path: Path, *, replicas: int = 3, agents: int = 6
                            ) -> AsyncIterator[EmbeddedCluster]:
+    """The replicas, then agents that find and use them as calico-node does
+    (:class:`testbed.fleet.Agent`: the ``calico-typha`` EndpointSlices, replicas on its own
+    node first, one felix connection, and on losing it a short random delay, then a replica
+    it has not tried yet)."""
     async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,)) as srv, \
             AsyncExitStack() as stack:
         kubeconfig = srv.kubeconfig_path(tmp_path)
@@ -298,31 +221,32 @@ async def embedded_cluster(tmp_path: Path, *, replicas: int = 3, agents: int = 6
         for i in range(NODES):
             await trio.to_thread.run_sync(core.create_node, _node(i))
         cluster = EmbeddedCluster(api, srv, kubeconfig)
-        nursery = await stack.enter_async_context(trio.open_nursery())
+        started: list[ReplicaProcess] = []
+
+        async def stop_replicas() -> None:
+            with trio.CancelScope(shield=True):
+                async with trio.open_nursery() as stopping:
+                    for r in started:
+                        stopping.start_soon(r.stop)
+
+        stack.push_async_callback(stop_replicas)
         async with trio.open_nursery() as starting:
             async def start(i: int) -> None:
-                cluster.replicas.append(await cluster.start_replica(nursery, i))
+                started.append(await cluster.start_replica(i))
             for i in range(replicas):
                 starting.start_soon(start, i)
-        cluster.replicas.sort(key=lambda r: r.name)
-        kube = await stack.enter_async_context(
-            KubeApi(load_kube_client_config({"KUBECONFIG": str(kubeconfig)})))
+        cluster.replicas = sorted(started, key=lambda r: r.name)
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(nursery.cancel_scope.cancel)  # the agents, before the replicas stop
         policy = ReconnectPolicy(reconnect_delay_max=RECONNECT_SPREAD, backoff_initial=0.1,
                                  backoff_max=1.0)
-        for i in range(agents):
-            name = f"node-{i}"
-            connector = Connector(EndpointSliceDiscovery(kube, node_name=name), policy,
-                                  random.Random(i))
-            agent = Agent(name, connector)
-            cluster.agents.append(agent)
-            await nursery.start(agent.run)
-        try:
-            yield cluster
-        finally:
-            for r in cluster.replicas:
-                if r.process is not None and r.process.returncode is None:
-                    r.process.send_signal(signal.SIGTERM)
-            nursery.cancel_scope.cancel()
+        group = AgentGroup([AgentSpec(f"node-{i}", "typha") for i in range(agents)],
+                           DiscoverySpec(kubeconfig=str(kubeconfig)), policy)
+        cluster.agents = await nursery.start(group.run)
+        cluster.agent_names = {s.name for s in group.specs}
+        with trio.fail_after(PATIENCE):
+            await group.wait_until(lambda g: all(a.in_sync for a in g.agents))
+        yield cluster
 
 
 # --- real: a kind (or any) cluster with trio-typha as its calico-typha ------------------------
@@ -338,24 +262,25 @@ class RealCluster(Cluster):
 
     async def refresh(self) -> None:
         """Replicas = Ready calico-typha pods, each through a port-forward; agents = nodes."""
-        pods = await trio.to_thread.run_sync(partial_call(
+        pods = await trio.to_thread.run_sync(partial(
             self.core.list_namespaced_pod, NAMESPACE, label_selector=TYPHA_SELECTOR))
         ready = [p for p in pods.items if p.metadata.deletion_timestamp is None and any(
             c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-        replicas = []
+        replicas: list[Replica] = []
         for p in sorted(ready, key=lambda p: p.metadata.name):
             if p.metadata.name not in self._forwards:
                 self._forwards[p.metadata.name] = await trio.to_thread.run_sync(
                     self._port_forward, p.metadata.name)
             proc = self._forwards[p.metadata.name]
-            replicas.append(Replica(p.metadata.name, proc.address))  # type: ignore[attr-defined]
+            replicas.append(ForwardedReplica(p.metadata.name,
+                                             proc.address))  # type: ignore[attr-defined]
         for gone in set(self._forwards) - {r.name for r in replicas}:
             proc = self._forwards.pop(gone)
             proc.kill()
             proc.wait()
         self.replicas = replicas
         nodes = await trio.to_thread.run_sync(self.core.list_node)
-        self.agents = [Agent(n.metadata.name) for n in nodes.items]
+        self.agent_names = {n.metadata.name for n in nodes.items}
 
     def _port_forward(self, pod: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([*self.kubectl, "-n", NAMESPACE, "port-forward", f"pod/{pod}",
@@ -394,10 +319,6 @@ class RealCluster(Cluster):
             proc.kill()
             proc.wait()
         self._forwards.clear()
-
-
-def partial_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:
-    return lambda: fn(*args, **kwargs)
 
 
 @asynccontextmanager
