@@ -168,7 +168,7 @@ class EmbeddedCluster(Cluster):
             await replica.wait_ready()
         # Ready: published as the endpoints controller would, on "its" node.
         await trio.to_thread.run_sync(
-            self.discovery.create_namespaced_endpoint_slice, NAMESPACE,
+            self.discovery.create_namespaced_endpoint_slice, NAMESPACE,  # type: ignore[arg-type]
             typha_endpoint_slice([replica.replica()], name=replica.name))
         return replica
 
@@ -219,7 +219,7 @@ async def embedded_cluster(tmp_path: Path, *, replicas: int = 3, agents: int = 6
         api = stack.enter_context(ch.api_client(kubeconfig))
         core = kubernetes.client.CoreV1Api(api)
         for i in range(NODES):
-            await trio.to_thread.run_sync(core.create_node, _node(i))
+            await trio.to_thread.run_sync(core.create_node, _node(i))  # type: ignore[arg-type]
         cluster = EmbeddedCluster(api, srv, kubeconfig)
         started: list[ReplicaProcess] = []
 
@@ -264,23 +264,24 @@ class RealCluster(Cluster):
         """Replicas = Ready calico-typha pods, each through a port-forward; agents = nodes."""
         pods = await trio.to_thread.run_sync(partial(
             self.core.list_namespaced_pod, NAMESPACE, label_selector=TYPHA_SELECTOR))
-        ready = [p for p in pods.items if p.metadata.deletion_timestamp is None and any(
-            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        ready = sorted(str(p.metadata.name) for p in pods.items
+                       if p.metadata is not None and p.metadata.deletion_timestamp is None
+                       and p.status is not None and any(
+                           c.type == "Ready" and c.status == "True"
+                           for c in p.status.conditions or []))
         replicas: list[Replica] = []
-        for p in sorted(ready, key=lambda p: p.metadata.name):
-            if p.metadata.name not in self._forwards:
-                self._forwards[p.metadata.name] = await trio.to_thread.run_sync(
-                    self._port_forward, p.metadata.name)
-            proc = self._forwards[p.metadata.name]
-            replicas.append(ForwardedReplica(p.metadata.name,
-                                             proc.address))  # type: ignore[attr-defined]
+        for name in ready:
+            if name not in self._forwards:
+                self._forwards[name] = await trio.to_thread.run_sync(self._port_forward, name)
+            address = self._forwards[name].address  # type: ignore[attr-defined]
+            replicas.append(ForwardedReplica(name, address))
         for gone in set(self._forwards) - {r.name for r in replicas}:
             proc = self._forwards.pop(gone)
             proc.kill()
             proc.wait()
         self.replicas = replicas
         nodes = await trio.to_thread.run_sync(self.core.list_node)
-        self.agent_names = {n.metadata.name for n in nodes.items}
+        self.agent_names = {str(n.metadata.name) for n in nodes.items if n.metadata}
 
     def _port_forward(self, pod: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([*self.kubectl, "-n", NAMESPACE, "port-forward", f"pod/{pod}",
