@@ -60,8 +60,8 @@ class StallProxy:
                     as server, trio.open_nursery() as nursery:
                 nursery.start_soon(self._upstream, client, server, pair, nursery.cancel_scope)
                 nursery.start_soon(self._downstream, server, client, pair, nursery.cancel_scope)
-        except (OSError, trio.BrokenResourceError):
-            pass
+        except* (OSError, trio.BrokenResourceError):
+            pass  # either side reset: this pair is done, the others carry on
         finally:
             pair.open = False
 

@@ -183,3 +183,28 @@ async def test_a_full_pipeline_is_not_a_silent_stream(
             assert check.last_progress == trio.current_time() and not check.suspect
             nursery.cancel_scope.cancel()
     assert model.probes == 0
+
+
+def test_a_watch_broken_by_the_kernel_is_told_from_a_server_closing_it() -> None:
+    """Only a connection that timed out (keepalive / TCP_USER_TIMEOUT: ETIMEDOUT, however
+    deep in httpx's exception chain) gets the WARNING; a server ending a watch does not."""
+    import errno
+
+    import httpx
+
+    from trio_typha.datastore.k8s_watch import _timed_out
+
+    def chained(cause: BaseException) -> httpx.ReadError:
+        try:
+            try:
+                raise cause
+            except BaseException as inner:
+                raise trio.BrokenResourceError("socket connection broken") from inner
+        except trio.BrokenResourceError as broken:
+            err = httpx.ReadError("socket connection broken")
+            err.__cause__ = broken
+            return err
+
+    assert _timed_out(chained(OSError(errno.ETIMEDOUT, "Connection timed out")))
+    assert not _timed_out(chained(OSError(errno.ECONNRESET, "Connection reset by peer")))
+    assert not _timed_out(httpx.RemoteProtocolError("peer closed connection"))

@@ -26,6 +26,7 @@ follows when a request for that kind works again.  Retries back off exponentiall
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -218,13 +219,14 @@ class KindWatcher:
         except _TRANSIENT as exc:
             error = exc
         silent = self.check.silent_for(trio.current_time())
-        if silent >= self.check.interval:
-            # Typically TCP keepalive giving up on a path that drops this stream's packets.
+        if _timed_out(error):
+            # TCP keepalive (or TCP_USER_TIMEOUT) gave up on a path that drops this stream's
+            # packets: the stream was dead for a while, say so once.
             log.warning("Watch of %s (%s) broke after %.1fs without data (%s); resuming from "
                         "resourceVersion %s", self.kind, self.stream, silent, _brief(error),
                         self.reflector.resume_rv)
         if progressed:
-            if silent < self.check.interval:
+            if not _timed_out(error):
                 log.info("Watch of %s dropped (%s); resuming from resourceVersion %s",
                          self.kind, _brief(error), self.reflector.resume_rv)
             return
@@ -297,6 +299,16 @@ def describe_failure(kind: ResourceKind, verb: str, exc: Exception) -> str:
     if isinstance(exc, MalformedResponse):
         return f"bad response to {verb} {resource}: {exc}"
     return f"cannot reach the API server to {verb} {resource}: {_brief(exc)}"
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a connection timing out (ETIMEDOUT)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ETIMEDOUT:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _brief(exc: BaseException) -> str:
