@@ -2,21 +2,27 @@
 
 A known mixed fleet (gob with and without snappy, gRPC, four syncer types) on two in-process
 daemons; the JSON must list exactly those clients with their details, and the command must
-print them all plus the spread, flagging the replica that carries most of the load.
+print them all plus the spread, flagging the replica that carries most of the load.  Under
+mutual TLS each row names the client certificate's identity (CN and URI SANs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import trio
+import trustme
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from tests.e2e.harness import HANG, daemon_config, running_daemon
+from tests.integration.test_tls_diagnosis import leaf
 from trio_typha.cli import main
 from trio_typha.client import grpc as g
 from trio_typha.client.typha import TyphaClient
@@ -27,10 +33,10 @@ from trio_typha.model.kv import SyncStatus
 
 
 @contextlib.asynccontextmanager
-async def replica() -> AsyncIterator[Daemon]:
+async def replica(**tls: str) -> AsyncIterator[Daemon]:
     store = MemoryStore()
     store.put_all(generate("tiny"))
-    async with running_daemon(daemon_config(DatastoreType="memory"),
+    async with running_daemon(daemon_config(DatastoreType="memory", **tls),
                               datastore=MemoryDatastore(store)) as daemon:
         with trio.fail_after(HANG):
             await daemon.wait_in_sync()
@@ -38,18 +44,19 @@ async def replica() -> AsyncIterator[Daemon]:
 
 
 async def gob(port: int, host: str, syncer: str, *, compression: bool = True,
+              ssl_context: ssl.SSLContext | None = None,
               task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     async with TyphaClient("127.0.0.1", port, syncer_type=syncer, hostname=host,
-                           compression=compression) as client:
+                           compression=compression, ssl_context=ssl_context) as client:
         await client.wait_for_status(SyncStatus.IN_SYNC)
         task_status.started()
         async for _ in client.batches():
             pass
 
 
-async def grpc(port: int, host: str, syncer: str,
+async def grpc(port: int, host: str, syncer: str, ssl_context: ssl.SSLContext | None = None,
                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    stream = await g.open_stream("127.0.0.1", port)
+    stream = await g.open_stream("127.0.0.1", port, ssl_context=ssl_context)
     async with stream:
         async for ev in g.sync(stream, syncer, hostname=host, version="v-test"):
             if isinstance(ev, g.Finished):
@@ -146,3 +153,50 @@ async def test_connections_json_and_table_for_two_replicas(
         assert await trio.to_thread.run_sync(main, [*argv, "--addr", dead]) == 1
         assert f"{dead}" in (out := capsys.readouterr().out) and "UNREACHABLE" in out
         fleet.cancel_scope.cancel()
+
+
+NODE_URI = "spiffe://cluster.local/ns/calico-system/sa/calico-node"
+
+
+async def test_connections_show_tls_identity_under_mutual_tls(tmp_path: Path) -> None:
+    """One gob and one gRPC client, each with its own client certificate (one accepted by
+    ClientCN, the other by ClientURISAN): each row carries that certificate's identity."""
+    ca = trustme.CA()
+    files = {"ServerCertFile": tmp_path / "server.crt", "ServerKeyFile": tmp_path / "server.key",
+             "CAFile": tmp_path / "ca.crt"}
+    server = ca.issue_cert("typha-server", common_name="typha-server")
+    server.cert_chain_pems[0].write_to_path(str(files["ServerCertFile"]))
+    server.private_key_pem.write_to_path(str(files["ServerKeyFile"]))
+    ca.cert_pem.write_to_path(str(files["CAFile"]))
+    certs = {"gob": ca.issue_cert("typha-client", common_name="typha-client"),
+             "grpc": leaf(ca, "calico-node-b", ExtendedKeyUsageOID.CLIENT_AUTH, uri=NODE_URI)}
+
+    def context(proto: str) -> ssl.SSLContext:  # one each: open_stream sets ALPN on it
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        ca.configure_trust(ctx)
+        ctx.check_hostname = False
+        certs[proto].configure_cert(ctx)
+        return ctx
+
+    async with replica(ClientCN="typha-client", ClientURISAN=NODE_URI,
+                       **{k: str(v) for k, v in files.items()}) as d, \
+            trio.open_nursery() as fleet:
+        port = d.ports["server"]
+        with trio.fail_after(HANG):
+            await fleet.start(lambda task_status: gob(port, "node-a", "felix",
+                                                      ssl_context=context("gob"),
+                                                      task_status=task_status))
+            await fleet.start(grpc, port, "node-b", "bgp", context("grpc"))
+            while not await all_streaming([d]):  # noqa: ASYNC110 - polls the endpoint
+                await trio.sleep(0.02)
+        rows = {r["hostname"]: r for r in (await fetch(d))["connections"]}
+        fleet.cancel_scope.cancel()
+    assert set(rows) == {"node-a", "node-b"}
+    assert (rows["node-a"]["protocol"], rows["node-a"]["syncer_type"],
+            rows["node-a"]["tls_identity"]) == ("typha-gob", "felix", "CN=typha-client")
+    assert (rows["node-b"]["protocol"], rows["node-b"]["syncer_type"],
+            rows["node-b"]["tls_identity"]) == ("grpc", "bgp",
+                                                f"CN=calico-node-b, URI={NODE_URI}")
+    for row in rows.values():
+        assert row["state"] == "streaming" and row["peer"].startswith("127.0.0.1:")
+        assert row["bytes_sent"] > 0

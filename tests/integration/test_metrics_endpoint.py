@@ -35,9 +35,9 @@ STORE: dict[int, MemoryStore] = {}
 async def metrics_daemon(**extra: str) -> AsyncIterator[Daemon]:
     store = MemoryStore()
     store.put_all(generate("tiny"))
-    cfg = daemon_config(DatastoreType="memory", PrometheusMetricsEnabled="true",
-                        PrometheusMetricsPort="0", PrometheusMetricsHost="127.0.0.1",
-                        ServerPingIntervalSecs="0.05", **extra)
+    cfg = daemon_config(**{"DatastoreType": "memory", "PrometheusMetricsEnabled": "true",
+                           "PrometheusMetricsPort": "0", "PrometheusMetricsHost": "127.0.0.1",
+                           "ServerPingIntervalSecs": "0.05", **extra})
     async with running_daemon(cfg, datastore=MemoryDatastore(store)) as d:
         with trio.fail_after(HANG):
             await d.wait_in_sync()
@@ -138,8 +138,29 @@ async def test_metrics_over_https_with_client_certificates(metrics_pki: dict[str
             await scrape(url, verify=anonymous)
         with pytest.raises(httpx.HTTPError):  # plain HTTP on the HTTPS port
             await scrape(url.replace("https", "http"))
-        # Bound where configured (PrometheusMetricsHost=127.0.0.1).
-        assert d.ports["metrics"] > 0
+
+
+async def refused(host: str, port: int) -> bool:
+    with trio.socket.socket() as sock:
+        try:
+            await sock.connect((host, port))
+        except ConnectionRefusedError:
+            return True
+    return False
+
+
+async def test_metrics_and_health_listen_only_on_their_configured_host() -> None:
+    """PrometheusMetricsHost / HealthHost = 127.0.0.2 (Linux routes all of 127/8 to lo):
+    served there, and nothing listens on that port at 127.0.0.1."""
+    async with metrics_daemon(PrometheusMetricsHost="127.0.0.2", HealthHost="127.0.0.2") as d:
+        metrics, health = d.ports["metrics"], d.ports["health"]
+        families = await scrape(f"http://127.0.0.2:{metrics}/metrics")
+        assert "typha_connections_active" in families
+        async with httpx.AsyncClient() as http:
+            resp = await http.get(f"http://127.0.0.2:{health}/liveness")
+        assert resp.status_code == 200
+        assert await refused("127.0.0.1", metrics)
+        assert await refused("127.0.0.1", health)
 
 
 async def test_metrics_tls_misconfiguration_is_a_named_error(metrics_pki: dict[str, Any],
