@@ -13,6 +13,7 @@ from testbed.apiserver import open_apiserver
 from tests.deploy.deploy_render import DEPLOY, by_kind, render
 from tests.e2e.harness import daemon_config, running_daemon, wait_readiness
 from trio_typha.datastore.k8s_config import load_kube_client_config
+from trio_typha.datastore.k8s_init import WRITES as INIT_WRITES
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.model import kinds as K
 from trio_typha.model.kv import SYNCER_TYPES
@@ -40,6 +41,15 @@ def watcher_reads() -> set[Grant]:
     return out
 
 
+def init_writes() -> set[Grant]:
+    """What KDD datastore initialisation (ClusterInformation default, the built-in Tiers)
+    reads and writes, over both Calico API groups."""
+    return {(k.group, k.plural, verb)
+            for group in (K.CALICO_CRD_GROUP, K.CALICO_V3_GROUP)
+            for kind, verbs in INIT_WRITES.items()
+            for k in [K.calico_kind(kind, group)] for verb in verbs}
+
+
 def role_grants() -> set[Grant]:
     role = by_kind(render(DEPLOY / "rbac"), "ClusterRole", "trio-typha")
     return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
@@ -47,7 +57,7 @@ def role_grants() -> set[Grant]:
 
 
 def test_cluster_role_grants_exactly_what_the_kdd_watcher_reads() -> None:
-    reads, grants = watcher_reads(), role_grants()
+    reads, grants = watcher_reads() | init_writes(), role_grants()
     missing = sorted(reads - grants)
     assert not missing, f"the watcher reads what the ClusterRole lacks: {missing}"
     extra = sorted(grants - reads)
@@ -84,6 +94,12 @@ async def test_a_daemon_with_only_the_roles_grants_gets_ready(tmp_path: Path) ->
                 body = await wait_readiness(daemon, 200)
                 assert "forbidden" not in body
                 assert all(not p.failing for p in daemon.pipelines.values())
+        # ... and initialise the datastore as Typha does: the role grants what that writes.
+        info = srv.store.get(K.calico_kind("ClusterInformation", K.CALICO_CRD_GROUP),
+                             "", "default")
+        assert info is not None and info["spec"]["datastoreReady"] is True
+        tier = srv.store.get(K.calico_kind("Tier", K.CALICO_CRD_GROUP), "", "default")
+        assert tier is not None
 
 
 def _configuration(kubeconfig: Path) -> kubernetes.client.Configuration:

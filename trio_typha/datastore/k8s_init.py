@@ -27,6 +27,14 @@ BUILT_IN_TIERS = (("kube-admin", 1_000, "Pass"), ("default", 1_000_000, "Deny"),
                   ("kube-baseline", 10_000_000, "Pass"))  # JSON numbers as Go writes them
 
 
+#: The verbs initialisation uses per Calico kind (``_get`` then POST, or PUT to complete
+#: ClusterInformation); deploy/rbac grants exactly these beside the watcher's list/watch.
+WRITES: dict[str, tuple[str, ...]] = {
+    "ClusterInformation": ("get", "create", "update"),
+    "Tier": ("get", "create"),
+}
+
+
 class InitForbidden(Exception):
     """The credentials may not write what initialisation needs."""
 
