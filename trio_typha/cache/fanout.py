@@ -26,6 +26,7 @@ writer applies the batch limits and the fall-behind rule.
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ class Owner(enum.Enum):
     CLOSED = "closed"
 
 
-class Seat:
+class Seat(abc.ABC):
     """One client's place at the broadcast; protocol shells subclass it.
 
     ``crumb`` is the newest breadcrumb whose bytes have been handed to this client's socket
@@ -61,18 +62,18 @@ class Seat:
         """Seats at the same breadcrumb with equal keys get the same bytes."""
         return None
 
+    @abc.abstractmethod
     def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
         """The bytes for ``crumbs`` (must not change the seat: it is called once per key)."""
-        raise NotImplementedError
 
-    def commit(self, crumbs: Sequence[Breadcrumb], data: bytes) -> None:
+    def commit(self, crumbs: Sequence[Breadcrumb], data: bytes) -> None:  # noqa: B027 (optional hook)
         """``data`` (for ``crumbs``) is this client's now, sent or pending."""
 
+    @abc.abstractmethod
     def send_nowait(self, data: bytes | memoryview) -> int:
         """Send without blocking; return the bytes taken (raise BlockingIOError for none)."""
-        raise NotImplementedError
 
-    def wake(self) -> None:
+    def wake(self) -> None:  # noqa: B027 (optional hook)
         """The round handed the socket back: wake the writer task."""
 
 
