@@ -37,8 +37,8 @@ from testbed.invariant import (
     read_kubernetes,
     wait_converged,
 )
-from tests.chaos.proxy import FaultProxy
 from tests.etcd_server import EtcdClient, EtcdServer, run_etcd
+from tests.fault_proxy import FaultProxy
 from trio_typha.backoff import Backoff
 from trio_typha.client import grpc as grpc_client
 from trio_typha.client.typha import Connected, TyphaClient

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from tests.etcd_server import EtcdClient, free_port, run_etcd
+from tests.fault_proxy import FaultProxy
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.datastore.etcd_config import EtcdConfig
@@ -173,62 +174,13 @@ async def test_survives_sigkill_and_restart(tmp_path: Path,
             nursery.cancel_scope.cancel()
 
 
-class Proxy:
-    """A TCP forwarder to etcd that a test can cut (refusing and dropping connections)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.open = True
-        self._scopes: set[trio.CancelScope] = set()
-        self.port = 0
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                    ) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._handle, listeners)
-
-    async def _handle(self, downstream: trio.SocketStream) -> None:
-        async with downstream:
-            if not self.open:
-                return
-            with trio.CancelScope() as scope:
-                self._scopes.add(scope)
-                try:
-                    upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
-                    async with upstream, trio.open_nursery() as nursery:
-                        nursery.start_soon(self._pump, downstream, upstream, scope)
-                        nursery.start_soon(self._pump, upstream, downstream, scope)
-                finally:
-                    self._scopes.discard(scope)
-
-    @staticmethod
-    async def _pump(src: trio.SocketStream, dst: trio.SocketStream,
-                    scope: trio.CancelScope) -> None:
-        try:
-            while data := await src.receive_some(65536):
-                await dst.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        scope.cancel()
-
-    def cut(self) -> None:
-        self.open = False
-        for scope in list(self._scopes):
-            scope.cancel()
-
-    def restore(self) -> None:
-        self.open = True
-
-
 async def test_compaction_past_the_watcher_relists_only_differences(tmp_path: Path) -> None:
     async with run_etcd(tmp_path) as etcd, etcd.client() as c:
         for i in range(6):
             await c.put_resource(gnp(f"g{i}"))
             await c.put_resource(np("ns", f"n{i}"))
         async with trio.open_nursery() as nursery:
-            proxy = Proxy(etcd.client_port)
+            proxy = FaultProxy(etcd.client_port)
             await nursery.start(proxy.serve)
             config = EtcdConfig(endpoints=(f"http://127.0.0.1:{proxy.port}/",))
             rec = await start_watcher(nursery, config)
@@ -249,7 +201,7 @@ async def test_compaction_past_the_watcher_relists_only_differences(tmp_path: Pa
             await c.delete_resource(GNP, "", "flash")    # nothing to say
             await c.compact(await c.revision())
             assert await c.revision() > old_revision + 1
-            proxy.restore()
+            proxy.heal()
 
             await rec.wait_matches(c)
             await rec.wait_for(lambda: rec.connections()[-1:] == [True])

@@ -1,7 +1,7 @@
 """A watch stream that stops delivering is noticed, resumed, and the change it missed reaches
 a client: real etcd and the test bed API server, the whole daemon, a real grpcio client.
 
-Between the daemon and the datastore sits :mod:`tests.stall_proxy`.  Once the client is in
+Between the daemon and the datastore sits :mod:`tests.fault_proxy`.  Once the client is in
 sync, the test stalls the connections carrying watches (both TCP connections stay open, the
 server's bytes stop at the proxy) while every other connection keeps working, deletes an
 object, and waits for the deletion to reach the client.  The deadline is short (real
@@ -25,6 +25,7 @@ import trio
 from testbed.apiserver import open_apiserver
 from tests.e2e.harness import HANG, wait_readiness
 from tests.etcd_server import run_etcd
+from tests.fault_proxy import open_fault_proxy
 from tests.stall_harness import (
     GNP_KEY,
     PROFILE_KEY,
@@ -35,7 +36,6 @@ from tests.stall_harness import (
     stall_warnings,
     watch_ages,
 )
-from tests.stall_proxy import stall_proxy
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.datastore.etcd_config import EtcdConfig
@@ -52,7 +52,7 @@ async def test_etcd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "trio_typha.datastore")
     async with run_etcd(tmp_path) as etcd, etcd.client() as c, \
-            stall_proxy(etcd.client_port) as proxy:
+            open_fault_proxy(etcd.client_port) as proxy:
         for name in ("stays", "doomed"):
             await c.put_resource(gnp(name))
         ds = EtcdDatastore(EtcdConfig(endpoints=(f"http://127.0.0.1:{proxy.port}/",)),
@@ -60,7 +60,7 @@ async def test_etcd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives
                            backoff_initial=0.05, backoff_max=0.5)
         async with felix_daemon(ds) as (daemon, client):
             assert GNP_KEY.format("doomed") in client.kvs
-            assert proxy.stall(is_watch) == 1
+            assert proxy.blackhole(is_watch) == 1
             started = time.monotonic()
             await c.delete_resource(K.calico_kind("GlobalNetworkPolicy"), "", "doomed")
             took = await deletion_arrives(client, GNP_KEY.format("doomed"), started)
@@ -78,20 +78,20 @@ async def test_etcd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives
 async def test_etcd_unanswering_datastore_keeps_serving_but_readiness_names_the_watch(
         tmp_path: Path) -> None:
     async with run_etcd(tmp_path) as etcd, etcd.client() as c, \
-            stall_proxy(etcd.client_port) as proxy:
+            open_fault_proxy(etcd.client_port) as proxy:
         await c.put_resource(gnp("doomed"))
         ds = EtcdDatastore(EtcdConfig(endpoints=(f"http://127.0.0.1:{proxy.port}/",)),
                            stall_deadline=1.5, keepalive_interval=0.5, request_timeout=1.0,
                            backoff_initial=0.05, backoff_max=0.2)
         async with felix_daemon(ds) as (daemon, client):
-            proxy.stall_new = True  # every connection, old and new, goes mute
-            proxy.stall(lambda target: True)
+            proxy.blackhole_new = True  # every connection, old and new, goes mute
+            proxy.blackhole(lambda target: True)
             await c.delete_resource(K.calico_kind("GlobalNetworkPolicy"), "", "doomed")
             body = await readiness_until(daemon, stale=True)
             assert "watch felix/etcd silent for" in body
             assert (await watch_ages(daemon))["felix/etcd"] > 1.5
             assert GNP_KEY.format("doomed") in client.kvs  # still serving the cache
-            proxy.stall_new = False  # etcd answers again: the watch resumes
+            proxy.blackhole_new = False  # etcd answers again: the watch resumes
             await deletion_arrives(client, GNP_KEY.format("doomed"), time.monotonic())
             await readiness_until(daemon, stale=False)
 
@@ -112,7 +112,7 @@ async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
     caplog.set_level(logging.INFO, "trio_typha.datastore")
     async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
                               bookmark_interval=3600) as server, \
-            stall_proxy(server.port) as proxy:
+            open_fault_proxy(server.port) as proxy:
         for name in ("stays", "doomed"):
             server.store.create(K.NAMESPACE, {"metadata": {"name": name}})
         config = KubeClientConfig(server=f"http://127.0.0.1:{proxy.port}", source="test")
@@ -121,7 +121,7 @@ async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
         async with open_kubernetes_datastore(config, tuning=tuning) as ds, \
                 felix_daemon(ds) as (daemon, client):
             assert PROFILE_KEY.format("doomed") in client.kvs
-            watches = proxy.stall(is_watch)
+            watches = proxy.blackhole(is_watch)
             assert watches == len(daemon.pipelines["felix"].definition.kinds)
             started = time.monotonic()
             server.store.delete(K.NAMESPACE, "", "doomed")

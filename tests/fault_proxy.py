@@ -1,8 +1,13 @@
-"""A loopback TCP proxy the chaos suite controls, between a daemon and its datastore.
+"""A loopback TCP proxy a test controls, between a daemon and its datastore (the chaos
+suite, the watch-stall tests and the etcd watcher tests share it).
 
-``blackhole()`` stops the server → client bytes of every connection open now (both stay
-open; the client sees silence, the gateway behind cannot buffer for it), while connections
-opened later work.  ``cut()`` closes every connection and refuses new ones until ``heal()``:
+``async with open_fault_proxy(upstream_port) as proxy:`` listens on a free loopback port and
+forwards every connection to ``127.0.0.1:upstream_port``.  It notes the target of the last
+HTTP request each client sent.  ``blackhole(watching)`` stops the server → client bytes of
+every open connection whose last request target satisfies ``watching`` (all of them by
+default): both TCP connections stay open, the client's kernel still ACKs everything, the
+server's writes pile up behind the proxy, and nothing reaches the client; connections opened
+later work unless :attr:`FaultProxy.blackhole_new` is set.  ``cut()`` closes every connection and refuses new ones until ``heal()``:
 nothing reaches the datastore, so it can be changed (and compacted) behind the watcher's back.
 ``inject(status, reason)`` (HTTP datastores) closes every connection and answers each request
 on a new one with that error (a Kubernetes ``Status``; ``Retry-After`` for 429) until
@@ -12,11 +17,15 @@ on a new one with that error (a Kubernetes ``Status``; ``Retry-After`` for 429) 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import trio
 
 _REASONS = {410: "Gone", 429: "Too Many Requests", 500: "Internal Server Error",
             503: "Service Unavailable"}
+_REQUEST_LINE = re.compile(rb"(?:GET|POST|PUT|PATCH|DELETE|HEAD) (\S+) HTTP/1\.[01]\r\n")
 
 
 def error_response(status: int, reason: str, retry_after: int | None = None) -> bytes:
@@ -35,6 +44,7 @@ class _Pair:
         self.client = client
         self.server = server
         self.blackholed = False
+        self.target = b""  # the last request target the client sent
         self.scope = trio.CancelScope()
 
 
@@ -45,6 +55,8 @@ class FaultProxy:
         self.refusing = False
         self.injecting: bytes | None = None  # the canned answer to every request
         self.injected = 0
+        #: blackhole every connection opened from now on too (a peer that accepts and is mute)
+        self.blackhole_new = False
         self._pairs: set[_Pair] = set()
         self._nursery: trio.Nursery | None = None
 
@@ -61,11 +73,13 @@ class FaultProxy:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started()
 
-    def blackhole(self) -> int:
-        """Silence server → client on every open connection; returns how many."""
-        for pair in self._pairs:
+    def blackhole(self, watching: Callable[[bytes], bool] = lambda target: True) -> int:
+        """Silence server → client on every open connection whose last request target
+        satisfies ``watching``; returns how many."""
+        hit = [pair for pair in self._pairs if watching(pair.target)]
+        for pair in hit:
             pair.blackholed = True
-        return len(self._pairs)
+        return len(hit)
 
     def cut(self) -> int:
         """Close every connection and refuse new ones until :meth:`heal`."""
@@ -102,6 +116,7 @@ class FaultProxy:
             await client.aclose()
             return
         pair = _Pair(client, server)
+        pair.blackholed = self.blackhole_new
         self._pairs.add(pair)
         try:
             with pair.scope:
@@ -142,7 +157,19 @@ class FaultProxy:
                     break
                 if downstream and pair.blackholed:
                     await trio.sleep_forever()
+                if not downstream:
+                    for match in _REQUEST_LINE.finditer(data):
+                        pair.target = match.group(1)
                 await dst.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         pair.scope.cancel()
+
+
+@asynccontextmanager
+async def open_fault_proxy(upstream_port: int) -> AsyncIterator[FaultProxy]:
+    proxy = FaultProxy(upstream_port)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        yield proxy
+        nursery.cancel_scope.cancel()
