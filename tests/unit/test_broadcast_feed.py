@@ -7,41 +7,25 @@ pending (slowly: a write takes ``write_time``), catches up, joins again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import trio
+from test_fanout import BudgetSeat, encode
 
-from trio_typha.cache.core import Breadcrumb
-from trio_typha.cache.fanout import Owner, RoundResult, Seat
+from trio_typha.cache.fanout import Owner, RoundResult
 from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SerializedUpdate
 
 
-def encode(crumbs: Sequence[Breadcrumb]) -> bytes:
-    return b"".join(u.key.encode() + b";" for c in crumbs for u in c.updates)
+class TrioSeat(BudgetSeat):
+    """test_fanout's byte-budget seat, with a writer task that waits in trio time."""
 
-
-class TrioSeat(Seat):
     def __init__(self, budget: int | None = None) -> None:
-        super().__init__()
-        self.budget = budget
-        self.received = bytearray()
+        super().__init__(budget)
         self.handed_back = trio.Event()
         self.pings: list[float] = []
         self.wakeups = 0
 
-    def render(self, crumbs: Sequence[Breadcrumb]) -> bytes:
-        return encode(crumbs)
-
-    def send_nowait(self, data: bytes | memoryview) -> int:
-        assert self.owner is Owner.BROADCAST
-        if self.budget == 0:
-            raise BlockingIOError
-        n = len(data) if self.budget is None else min(self.budget, len(data))
-        self.received += bytes(data[:n])
-        return n
-
     def wake(self) -> None:
+        super().wake()
         self.handed_back.set()
 
     async def writer(self, feed: CacheFeed, ping_interval: float, write_time: float) -> None:
