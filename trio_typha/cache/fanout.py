@@ -9,14 +9,20 @@ the write, catches up through the batch path and joins again.
 
 Who may write to a client's socket is explicit, one owner at a time::
 
-    WRITER --join()--> BROADCAST --round: partial / would block / error--> WRITER
-                          \\--------reclaim() (ping due, shutting down)-----^
+    WRITER --join()--> BROADCAST --round: partial / would block / owes / error--> WRITER
+                          \\--------reclaim() (ping due, shutting down)------------^
     any --leave()--> CLOSED
 
 Only the owner writes: the writer task while ``owner is WRITER``, :meth:`Broadcast.round`
 for the seats in its caught-up set (exactly those with ``owner is BROADCAST``).  Ownership
 only changes inside these synchronous methods, so no one can write between a check and a
 write.
+
+A send either falls short (the rest is the seat's ``pending``: plain TCP) or takes all the
+bytes while the transport still *owes* some of them to the socket (:meth:`Seat.owes`: TLS,
+whose plaintext is always encrypted whole but whose ciphertext the kernel may not take).
+Either way the seat goes back to its writer, which sends what is pending or owed first,
+under its write timeout; a seat joins again only when nothing is.
 
 A round carries every breadcrumb published since the seat's position in one write (adaptive
 batching: the slower the round, the more it carries), unless that is more than
@@ -73,6 +79,11 @@ class Seat(abc.ABC):
     def send_nowait(self, data: bytes | memoryview) -> int:
         """Send without blocking; return the bytes taken (raise BlockingIOError for none)."""
 
+    def owes(self) -> bool:
+        """Bytes taken by :meth:`send_nowait` still wait for the socket (TLS ciphertext the
+        kernel did not take): the round hands the seat back for its writer to flush."""
+        return False
+
     def wake(self) -> None:  # noqa: B027 (optional hook)
         """The round handed the socket back: wake the writer task."""
 
@@ -89,7 +100,7 @@ class Delivery:
 @dataclass(slots=True)
 class RoundResult:
     delivered: list[Delivery] = field(default_factory=list)
-    #: Seats given back to their writers (already woken), partial or failed or behind.
+    #: Seats given back to their writers (already woken): partial, owing, failed or behind.
     handed_back: list[Seat] = field(default_factory=list)
 
     @property
@@ -117,8 +128,8 @@ class Broadcast:
         """Hand the socket to the broadcast if ``crumb`` is the newest; False otherwise."""
         if seat.owner is not Owner.WRITER:
             raise RuntimeError(f"join by a seat owned by {seat.owner.name}")
-        if seat.pending:
-            raise RuntimeError("join with bytes still pending")
+        if seat.pending or seat.owes():
+            raise RuntimeError("join with bytes still pending or owed")
         if crumb.next is not None:
             return False  # not caught up: the writer has more to send itself
         seat.crumb = crumb
@@ -171,6 +182,8 @@ class Broadcast:
                 seat.commit(crumbs, data)
                 if sent < len(data):
                     seat.pending = memoryview(data)[sent:]
+                    self._hand_back(seat, result)
+                elif seat.owes():
                     self._hand_back(seat, result)
             result.delivered.append(Delivery(crumbs, len(seats), len(data)))
         return result

@@ -28,6 +28,7 @@ from .tls_diagnosis import (
     capturing,
 )
 from .tls_diagnosis import classify as classify_tls_failure
+from .tls_stream import TLSStream
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ async def sniff(stream: trio.abc.Stream, protocols: Protocols
                 ) -> tuple[Wire | None, Session | None, bytes]:
     """Read just enough to tell the protocol; returns it (None: closed before a byte), the
     session that serves it (None for TLS-on-plaintext and HTTP/1.x), and the bytes read."""
-    if isinstance(stream, trio.SSLStream) and stream.selected_alpn_protocol() == "h2":
+    if isinstance(stream, TLSStream) and stream.selected_alpn_protocol() == "h2":
         return Wire.H2, protocols.h2, b""
     buf = b""
     wire = None
@@ -159,11 +160,12 @@ class ConnectionHandler:
                      held_back(held))
 
     async def _handshake(self, sock: trio.SocketStream, conn: Connection
-                         ) -> trio.SSLStream[trio.SocketStream] | None:
+                         ) -> TLSStream | None:
         """TLS handshake and identity check; None (reported) if either fails."""
         assert self.tls is not None
         context = self.tls.current() if isinstance(self.tls, ServerTLS) else self.tls
-        tls = trio.SSLStream(sock, context, server_side=True)
+        # Our own TLS stream, so the broadcast round can write to it (.tls_stream).
+        tls = TLSStream(sock, context)
         with capturing() as certificates:
             try:
                 await tls.do_handshake()

@@ -88,6 +88,8 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = minimum
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    # No TLS 1.2 renegotiation: a write must never need a read (tls_stream.TLSStream).
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
     if ciphers:
         ctx.set_ciphers(ciphers)
     _load(ctx, "TYPHA_SERVER", cert_file, key_file, "TYPHA_CAFILE", ca_file)

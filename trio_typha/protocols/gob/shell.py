@@ -4,10 +4,11 @@ The reader feeds the client's bytes to the :class:`~.session.ServerSession` and 
 resulting actions to the writer.  After the handshake the writer follows the syncer's
 :class:`~trio_typha.cache.CacheFeed` from the snapshot's breadcrumb, writing the bytes
 encoded once per breadcrumb (shared by every client); a client that is behind gets several
-breadcrumbs in one write.  Once it is caught up, a plain-TCP connection takes a seat at the
-syncer's broadcast (:mod:`trio_typha.cache.fanout`): the broadcast round then writes new
+breadcrumbs in one write.  Once it is caught up, a plain-TCP or TLS connection takes a seat
+at the syncer's broadcast (:mod:`trio_typha.cache.fanout`): the broadcast round then writes new
 breadcrumbs to its socket without waking this connection, until a send falls short, the
-next ping is due or the connection ends, and the socket is back with the writer.  At any
+next ping is due, TLS ciphertext is owed or the connection ends, and the socket is back
+with the writer.  At any
 moment exactly one of the two owns the socket (``_GobSeat.owner``).  The watchdog enforces
 the session's deadlines (handshake, ACK, pong).
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -34,6 +34,7 @@ from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
 from ...server.connections import Connection
 from ...server.context import ServerContext
+from ...server.nowait import NowaitSender, nowait_sender
 from ...server.session_metrics import SessionReport
 from ..hello import log_hello
 from . import encode_once
@@ -91,12 +92,12 @@ async def serve_gob_connection(stream: trio.abc.Stream, ctx: ServerContext, *,
 
 
 class _GobSeat(Seat):
-    """A plain-TCP connection's seat at its syncer's broadcast."""
+    """A connection's seat at its syncer's broadcast, writing through ``sender``."""
 
-    def __init__(self, conn: _GobConnection, fd: int) -> None:
+    def __init__(self, conn: _GobConnection, sender: NowaitSender) -> None:
         super().__init__()
         self._conn = conn
-        self._fd = fd
+        self._sender = sender
         self.handed_back = trio.Event()
 
     def key(self) -> object:
@@ -111,8 +112,10 @@ class _GobSeat(Seat):
         self._conn.info.reached(crumbs[-1].seq, crumbs[-1].timestamp)
 
     def send_nowait(self, data: bytes | memoryview) -> int:
-        # The socket is non-blocking (trio's): a full buffer raises BlockingIOError.
-        return os.write(self._fd, data)
+        return self._sender.send_nowait(data)
+
+    def owes(self) -> bool:
+        return self._sender.owes
 
     def wake(self) -> None:
         self.handed_back.set()
@@ -295,7 +298,9 @@ class _GobConnection:
             assert seat.owner is Owner.WRITER and seat.crumb is not None
             if seat.error is not None:
                 raise _Drop(f"write failed: {seat.error}")
-            if seat.pending:
+            if seat.pending or seat.owes():
+                # What the round could not send (TLS: ciphertext the stream carries, which
+                # its next send_all sends first): finished here, under the write timeout.
                 pending, seat.pending = seat.pending, b""
                 await self._write(pending, counted=True)
             return seat.crumb
@@ -313,10 +318,9 @@ class _GobConnection:
                             "during its grace period", self.peer, self.conn_id, action.age)
 
     def _seat(self) -> _GobSeat | None:
-        """A broadcast seat if the socket can take non-blocking sends from it (plain TCP)."""
-        if isinstance(self.stream, trio.SocketStream):
-            return _GobSeat(self, self.stream.socket.fileno())
-        return None
+        """A broadcast seat if the stream can take non-blocking sends (plain TCP, TLS)."""
+        sender = nowait_sender(self.stream)
+        return None if sender is None else _GobSeat(self, sender)
 
     # ---- helpers
 
@@ -349,7 +353,8 @@ class _GobConnection:
         """Write with the write timeout; ``counted``: already in the session's counts."""
         timeout = self.settings.write_timeout
         view = memoryview(data)
-        for start in range(0, len(data), _WRITE_PIECE):
+        # At least one send_all: with no data it sends what the stream owes (TLS carry).
+        for start in range(0, max(len(data), 1), _WRITE_PIECE):
             with trio.move_on_after(timeout) as scope:
                 await self.stream.send_all(view[start:start + _WRITE_PIECE])
             if scope.cancelled_caught:

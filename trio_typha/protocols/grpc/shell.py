@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -28,6 +27,7 @@ from h2.errors import ErrorCodes
 from ...observe.throttle import held_back
 from ...server.connections import Connection
 from ...server.context import ServerContext
+from ...server.nowait import nowait_sender
 from . import h2conn as core
 from .encode_once import SYNC_PATH
 from .metadata import Headers, HttpError, http_error, parse_request
@@ -130,8 +130,9 @@ class GrpcConnection:
         self._writer_done = trio.Event()
         self._poke = _Signal()  # the writer may have something to send
         # The socket's owner is the write loop, except that a broadcast round may write
-        # while it is free (see _socket_free); bytes the round could not send are carried.
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+        # while it is free (see _socket_free); bytes the round could not send are carried
+        # (here for plain TCP, in the stream as ciphertext for TLS: ``owes``).
+        self._sender = nowait_sender(stream)
         self._writing = False
         self._carry: memoryview | None = None
         self._progress = _Signal()  # bytes left the queues, or a stream went away
@@ -381,7 +382,7 @@ class GrpcConnection:
         """The broadcast round's write: through the core (h2 frames and flow-control
         accounting for this stream), then one non-blocking send, only while the socket is
         free; what the kernel does not take is the write loop's to finish."""
-        if self._fd is None or not self._socket_free or not self.core.writable(stream_id):
+        if self._sender is None or not self._socket_free or not self.core.writable(stream_id):
             return False
         try:
             self.core.send_message(stream_id, message)
@@ -392,19 +393,22 @@ class GrpcConnection:
         data = self.core.data_to_send()
         if data:
             try:
-                sent = os.write(self._fd, data)
+                sent = self._sender.send_nowait(data)
             except OSError:  # would block, or broken: the write loop finds out which
                 sent = 0
             if sent < len(data):
                 self._carry = memoryview(data)[sent:]
+                self._poke.fire()
+            elif self._sender.owes:  # TLS ciphertext the kernel did not take
                 self._poke.fire()
         return True
 
     @property
     def _socket_free(self) -> bool:
         """Nobody is writing to the socket: the write loop is not mid-write and has no
-        carried bytes to finish.  Only then may the broadcast round write."""
-        return not self._writing and self._carry is None
+        carried or owed bytes to finish.  Only then may the broadcast round write."""
+        return not (self._writing or self._carry is not None
+                    or (self._sender is not None and self._sender.owes))
 
     def _consumed(self, stream_id: int) -> None:
         self.core.consumed(stream_id)
@@ -422,7 +426,8 @@ class GrpcConnection:
                     data: bytes | memoryview = self.core.data_to_send()
                     if self._carry is not None:  # the round's write, finished here first
                         data, self._carry = bytes(self._carry) + data, None
-                    if data:
+                    # TLS: send_all sends the stream's owed ciphertext first (b"": only it).
+                    if data or (self._sender is not None and self._sender.owes):
                         write_scope.deadline = trio.current_time() + self.settings.write_timeout
                         self._writing = True
                         await self._stream.send_all(data)
