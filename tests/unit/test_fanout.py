@@ -23,12 +23,18 @@ def encode(crumbs: Sequence[Breadcrumb]) -> bytes:
 
 
 class BudgetSeat(Seat):
-    """A client whose socket takes at most ``budget`` bytes per send (None: everything)."""
+    """A client whose socket takes at most ``budget`` bytes per send (None: everything).
 
-    def __init__(self, budget: int | None = None, key: object = None) -> None:
+    ``tls``: like the TLS stream, the send takes every byte and what the socket does not
+    take is *owed* (carried by the transport) instead of returned as a short count."""
+
+    def __init__(self, budget: int | None = None, key: object = None, *,
+                 tls: bool = False) -> None:
         super().__init__()
         self.budget = budget
         self._key = key
+        self.tls = tls
+        self.owed = bytearray()
         self.received = bytearray()
         self.renders = 0
         self.woken = 0
@@ -43,13 +49,20 @@ class BudgetSeat(Seat):
 
     def send_nowait(self, data: bytes | memoryview) -> int:
         assert self.owner is Owner.BROADCAST, "the round wrote to a socket it does not own"
+        assert not self.owed, "the round wrote while the transport still owed bytes"
         if self.fail is not None:
             raise self.fail
-        if self.budget == 0:
+        if self.budget == 0 and not self.tls:
             raise BlockingIOError
         n = len(data) if self.budget is None else min(self.budget, len(data))
         self.received += bytes(data[:n])
+        if self.tls:
+            self.owed += bytes(data[n:])
+            return len(data)
         return n
+
+    def owes(self) -> bool:
+        return bool(self.owed)
 
     def wake(self) -> None:
         self.woken += 1
@@ -57,6 +70,8 @@ class BudgetSeat(Seat):
     # The writer task's side, as the gob shell does it.
     def writer_catch_up(self, broadcast: Broadcast, latest: Breadcrumb) -> None:
         assert self.owner is Owner.WRITER and self.crumb is not None
+        self.received += self.owed  # the transport's carry goes out first
+        self.owed.clear()
         self.received += bytes(self.pending)
         self.pending = b""
         while self.crumb.next is not None:
@@ -127,6 +142,28 @@ def test_partial_send_hands_back_with_the_rest_pending() -> None:
     assert bytes(slow.received) == b"/abc;/d;" and slow.owner is Owner.BROADCAST
 
 
+def test_owed_bytes_hand_back_and_block_joining() -> None:
+    """TLS: the plaintext is taken whole, but ciphertext the kernel did not take is owed."""
+    cache = cache_with(1)
+    b = Broadcast()
+    tls, fast = BudgetSeat(budget=2, tls=True), BudgetSeat(tls=True)
+    b.join(tls, cache.latest)
+    b.join(fast, cache.latest)
+    publish(cache, "/abc")
+    result = b.round(cache.latest)
+    assert result.handed_back == [tls] and tls.woken == 1 and fast in b
+    assert tls.owner is Owner.WRITER and not tls.pending and tls.owes()
+    assert tls.crumb is cache.latest and result.deliveries == 2
+    with pytest.raises(RuntimeError):
+        b.join(tls, cache.latest)  # owed bytes first: one writer at a time
+    publish(cache, "/d")
+    b.round(cache.latest)
+    tls.budget = None
+    tls.writer_catch_up(b, cache.latest)
+    assert bytes(tls.received) == bytes(fast.received) == b"/abc;/d;"
+    assert tls.owner is Owner.BROADCAST
+
+
 def test_would_block_and_errors() -> None:
     cache = cache_with(1)
     b = Broadcast()
@@ -184,10 +221,11 @@ def test_reclaim_and_leave() -> None:
                                                        min_size=3, max_size=3)),
                 min_size=1, max_size=30))
 def test_every_update_exactly_once_in_order(steps: list[tuple[int, list[int | None]]]) -> None:
-    """Random publications and socket budgets; writers catch up between rounds."""
+    """Random publications and socket budgets; writers catch up between rounds.  The
+    third seat is TLS-like (short sends leave bytes owed rather than pending)."""
     cache = cache_with(1)
     b = Broadcast(max_updates=5)
-    seats = [BudgetSeat() for _ in range(3)]
+    seats = [BudgetSeat(), BudgetSeat(), BudgetSeat(tls=True)]
     start = cache.latest
     for s in seats:
         b.join(s, start)
