@@ -8,7 +8,6 @@ disk by the kubelet, and kubeconfig exec plugins mint short-lived tokens.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import deque
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import trio
 
+from ..model.jsonload import loads
 from ..model.kinds import ResourceKind
 from .k8s_config import KubeClientConfig, build_ssl_context, read_token_file
 from .k8s_stream import LineDecoder, MalformedResponse, StatusInfo, WatchEvent, parse_watch_event
@@ -46,7 +46,7 @@ class ApiError(Exception):
     @classmethod
     def from_response(cls, response: httpx.Response) -> ApiError:
         try:
-            status = StatusInfo.from_object(json.loads(response.content))
+            status = StatusInfo.from_object(loads(response.content))
         except ValueError:
             status = StatusInfo(response.status_code, response.reason_phrase,
                                 response.text[:200])
@@ -72,7 +72,7 @@ def served_groups_blocking(config: KubeClientConfig, *, timeout: float = 10.0) -
         if response.status_code != 200:
             raise ApiError.from_response(response)
         try:
-            return group_names(response.json())
+            return group_names(loads(response.content))
         except ValueError as exc:
             raise MalformedResponse(f"GET /apis: response is not JSON: {exc}") from exc
 
@@ -133,7 +133,7 @@ class KubeApi:
             self._note_rejection(response.status_code)
             raise ApiError.from_response(response)
         try:
-            doc = response.json()
+            doc = loads(response.content)
         except ValueError as exc:
             raise MalformedResponse(f"GET {path}: response is not JSON: {exc}") from exc
         if not isinstance(doc, dict):
@@ -149,7 +149,7 @@ class KubeApi:
             self._note_rejection(response.status_code)
             raise ApiError.from_response(response)
         try:
-            doc = response.json()
+            doc = loads(response.content)
         except ValueError as exc:
             raise MalformedResponse(f"{method} {path}: response is not JSON: {exc}") from exc
         return doc if isinstance(doc, dict) else {}

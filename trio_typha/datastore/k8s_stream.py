@@ -8,9 +8,10 @@ I/O, so both are tested without an event loop.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from ..model.jsonload import loads
 
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
@@ -109,7 +110,7 @@ def parse_watch_event(line: bytes) -> WatchEvent | None:
     if not line.strip():
         return None
     try:
-        doc = json.loads(line)
+        doc = loads(line)
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedResponse(f"watch event is not JSON: {exc}: {line[:200]!r}") from exc
     if not isinstance(doc, dict):
