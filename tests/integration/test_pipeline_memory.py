@@ -214,3 +214,56 @@ async def test_a_conversion_bug_stops_the_pipeline_instead_of_hiding_the_object(
                 await trio.sleep_forever()
     # Clients were never told the cache is complete while an object was missing from it.
     assert feed.status is not SyncStatus.IN_SYNC
+
+
+async def test_collection_is_paused_until_in_sync_and_resumes_after(autojump_clock) -> None:
+    import gc
+
+    from trio_typha.syncer import gcpause
+    from trio_typha.syncer.pipeline import GC_PAUSE_MAX_SECS
+
+    gc.enable()
+    store = MemoryStore()
+    store.put(ns("a"))
+    feed = CacheFeed("felix")
+    # NODE is never listed by this datastore stand-in below until we let it: the pipeline
+    # stays out of sync, so the pause lasts until GC_PAUSE_MAX_SECS.
+    gate = trio.Event()
+
+    class GatedDatastore(MemoryDatastore):
+        async def watch(self, kinds, send, *, name="", task_status=trio.TASK_STATUS_IGNORED):
+            task_status.started()
+            await gate.wait()
+            await super().watch(kinds, send, name=name)
+
+    pipeline = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert),
+                              GatedDatastore(store), feed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pipeline.run)
+        assert not gc.isenabled() and gcpause.holders() == 1
+        gate.set()
+        await feed.wait_in_sync()
+        assert gc.isenabled() and gcpause.holders() == 0
+        nursery.cancel_scope.cancel()
+
+    # Never in sync: collection resumes after GC_PAUSE_MAX_SECS anyway ...
+    stuck = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert),
+                           GatedDatastore(store), CacheFeed("felix"))
+    gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stuck.run)
+        await trio.sleep(GC_PAUSE_MAX_SECS - 1)
+        assert not gc.isenabled()
+        await trio.sleep(20)  # the next heartbeat tick notices
+        assert gc.isenabled() and gcpause.holders() == 0
+        nursery.cancel_scope.cancel()
+
+    # ... and a pipeline cancelled before it syncs lets go of its pause.
+    gate = trio.Event()
+    cancelled = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert),
+                               GatedDatastore(store), CacheFeed("felix"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cancelled.run)
+        assert not gc.isenabled()
+        nursery.cancel_scope.cancel()
+    assert gc.isenabled() and gcpause.holders() == 0

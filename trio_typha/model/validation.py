@@ -32,6 +32,7 @@ from .gojson import Custom, Field, GoJSONError, Map, Ptr, RawJSON, Slice, Struct
 from .golang import ip_version, parse_cidr, parse_cidr_or_ip, parse_duration, parse_ip, parse_mac
 from .goschema import ROOTS, VALIDATE_TAGS
 from .gotypes import PORT, PROTOCOL, Port, Uint8OrString, protocol_supports_ports
+from .jsonload import loads
 from .kv import SerializedUpdate
 
 log = logging.getLogger(__name__)
@@ -533,14 +534,14 @@ class _Validator:
             _protocol(Uint8OrString.parse(v), self.protocol_names)
 
     def _struct(self, t: Struct, v: Mapping[str, Any]) -> None:
-        tags = VALIDATE_TAGS.get(t.name, {})
-        for f in t.fields:
-            value = v.get(f.name)
-            tag = tags.get(f.name)
-            if tag:
-                self._tags(f, tag.split(","), value)
-            else:
-                self.check(f.type, value)
+        if t.fields:
+            get = v.get  # a value that is not an object fails here, whatever its fields
+            for f, tags in _plan(t):
+                value = get(f.name)
+                if tags is not None:
+                    self._tags(f, tags, value)
+                else:
+                    self.check(f.type, value)
         fn = self.structs.get(t.name)
         if fn is not None:
             fn(v)
@@ -589,6 +590,35 @@ class _Validator:
                 if fn is not None and not fn(value):
                     _fail(f"{f.name} fails {tag}: {value!r}")
         self.check(f.type, value)
+
+
+_Plan = list[tuple[Field, "list[str] | None"]]
+_PLANS: dict[Struct, _Plan] = {}
+
+
+def _plan(t: Struct) -> _Plan:
+    """The fields of ``t`` that :meth:`_Validator._struct` must visit, with their tags
+    (None: none), in declaration order.  A field without tags whose type ``check`` never
+    descends into (strings, numbers, slices and maps not under ``dive``, marshalers other
+    than ports and protocols) cannot fail and is left out."""
+    plan = _PLANS.get(t)
+    if plan is None:
+        tags = VALIDATE_TAGS.get(t.name, {})
+        plan = []
+        for f in t.fields:
+            tag = tags.get(f.name)
+            if tag:
+                plan.append((f, tag.split(",")))
+            elif _visited(f.type):
+                plan.append((f, None))
+        _PLANS[t] = plan
+    return plan
+
+
+def _visited(t: Any) -> bool:
+    while isinstance(t, Ptr):
+        t = t.elem
+    return isinstance(t, Struct) or t is PORT or t is PROTOCOL
 
 
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -664,7 +694,7 @@ def validation_error(key: str, value: bytes) -> str | None:
         return None
     validator, root = target
     try:
-        decoded = json.loads(value)
+        decoded = loads(value)
     except ValueError as e:
         return f"value is not JSON: {e}"
     if not isinstance(decoded, dict):

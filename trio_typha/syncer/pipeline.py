@@ -29,6 +29,7 @@ from ..model.kv import SerializedUpdate, SyncStatus
 from ..model.syncers import SyncerDefinition
 from ..observe.health import BEAT_INTERVAL, Heartbeat
 from ..observe.metrics import Metrics
+from .gcpause import GCPause
 from .tracker import SourceTracker
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,9 @@ Validator = Callable[[list[SerializedUpdate]], list[SerializedUpdate]]
 STALE_WARNING_SECS = 5.0
 #: ... and repeat it at most this often while it stays so.
 STALE_LOG_INTERVAL = 30.0
+#: Automatic garbage collection stays paused until the cache is in sync (:mod:`.gcpause`),
+#: but no longer than this after the pipeline starts.
+GC_PAUSE_MAX_SECS = 60.0
 
 
 class _StampedSender(trio.abc.SendChannel[DatastoreEvent]):
@@ -101,6 +105,8 @@ class SyncerPipeline:
         self.failing: dict[ResourceKind | None, str] = {}
         self.denied: set[ResourceKind | None] = set()
         self.heartbeat = Heartbeat()
+        self._gc_pause = GCPause()
+        self._gc_pause_until = float("inf")
         # When each event still in the decoupler (or being sent into it) was handed over.
         self._stamps: deque[float] = deque()
         feed.pending_since = lambda: self._stamps[0] if self._stamps else None
@@ -114,14 +120,20 @@ class SyncerPipeline:
         log.info("Starting syncer pipeline syncerType=%s kinds=%d datastore=%s",
                  self.syncer_type, len(self.definition.kinds), self.datastore.name)
         self._publish(self.tracker.static_updates())
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self._watch_staleness)
-            await nursery.start(partial(self.datastore.watch, name=self.syncer_type),
-                                self.definition.kinds, send)
-            log.info("Started syncer pipeline syncerType=%s", self.syncer_type)
-            task_status.started()
-            async with recv:
-                await self._consume(recv)
+        if self.feed.status is not SyncStatus.IN_SYNC:
+            self._gc_pause.hold()
+            self._gc_pause_until = trio.current_time() + GC_PAUSE_MAX_SECS
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self._watch_staleness)
+                await nursery.start(partial(self.datastore.watch, name=self.syncer_type),
+                                    self.definition.kinds, send)
+                log.info("Started syncer pipeline syncerType=%s", self.syncer_type)
+                task_status.started()
+                async with recv:
+                    await self._consume(recv)
+        finally:
+            self._gc_pause.release()
 
     async def _consume(self, recv: trio.MemoryReceiveChannel[DatastoreEvent]) -> None:
         while True:
@@ -133,6 +145,10 @@ class SyncerPipeline:
                     first = await recv.receive()
                 except trio.EndOfChannel:
                     return
+            if self._gc_pause.held and trio.current_time() >= self._gc_pause_until:
+                log.info("Syncer %s not in sync after %gs; resuming garbage collection",
+                         self.syncer_type, GC_PAUSE_MAX_SECS)
+                self._gc_pause.release()
             if idle.cancelled_caught:
                 continue
             batch = [first]
@@ -198,6 +214,7 @@ class SyncerPipeline:
             log.info("Received status update message from datastore. syncerType=%s "
                      "status=in-sync keys=%d", self.syncer_type, len(self.feed.cache))
             self.feed.set_status(SyncStatus.IN_SYNC)
+            self._gc_pause.release()
 
     def _connection(self, ev: Connection) -> None:
         if ev.ok:
