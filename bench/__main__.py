@@ -75,7 +75,8 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "rss_with_clients_mib": result.get("server_rss_with_clients_mib"),
         "in_sync_s": result.get("all_in_sync_s"),
         "server_processes": result.get("server_processes"),
-        **{k: result[k] for k in ("baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
+        **{k: result[k] for k in ("churn_breadcrumbs", "worker_churn_cpu_s",
+                                  "baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
                                   "server_side", "client_errors") if k in result},
     }
 

@@ -143,16 +143,20 @@ class ServerProcesses:
         return [os.getpid(), *(w.pid for w in workers if w.pid and w.running)]
 
     def cpu(self) -> float:
-        total = cpu_seconds()
+        return cpu_seconds() + sum(self.worker_cpu())
+
+    def worker_cpu(self) -> list[float]:
+        """CPU seconds of each worker process so far (0.0 for one that is gone)."""
         tick = os.sysconf("SC_CLK_TCK")
+        out = []
         for pid in self.pids()[1:]:
             try:
                 with open(f"/proc/{pid}/stat") as fh:
                     fields = fh.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick
+                out.append((int(fields[11]) + int(fields[12])) / tick)
             except OSError:
-                pass
-        return total
+                out.append(0.0)
+        return out
 
     def _status(self, key: str) -> float:
         out = 0.0
@@ -271,6 +275,8 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         result["clients_not_in_sync"] = sum(r.get("not_in_sync", 0) for r in in_sync)
         result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
         cpu1 = procs_of.cpu()
+        workers_cpu1 = procs_of.worker_cpu()
+        seq1 = daemon.pipelines[args.syncer].feed.latest.seq
         wall1 = trio.current_time()
         gc_pauses = GcPauses()
         rounds = RoundLag(daemon.pipelines[args.syncer].feed, daemon.pipelines[args.syncer])
@@ -278,6 +284,12 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
             await cluster.churn(args.rate, args.seconds)
         result["churn_writes"] = cluster.writes
         result["churn_cpu_s"] = round(procs_of.cpu() - cpu1, 2)
+        crumbs = daemon.pipelines[args.syncer].feed.latest.seq - seq1
+        result["churn_breadcrumbs"] = crumbs
+        if workers_cpu1:
+            # A worker's own cost per breadcrumb (its clients' writes included).
+            result["worker_churn_cpu_s"] = [
+                round(b - a, 2) for a, b in zip(workers_cpu1, procs_of.worker_cpu(), strict=False)]
         result["churn_wall_s"] = round(trio.current_time() - wall1, 2)
         result["gc_during_churn"] = gc_pauses.summary()
         result["server_side"] = rounds.summary()

@@ -36,6 +36,7 @@ from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
 from .observe.livefeed import FEED_PATH, ReplicaSampler, serve_feed
 from .observe.metrics import Metrics, SyncerMetrics
+from .server import worker_wire
 from .server.connections import ConnectionRegistry
 from .server.context import ServerContext
 from .server.fdlimit import FdShedder, log_nofile_limit
@@ -51,6 +52,7 @@ from .server.workers import (
     WorkerPool,
     aggregate_exposition,
     open_reuse_port_listener,
+    serve_worker_feed,
 )
 from .startup import (
     DatastoreUnreachable,
@@ -421,9 +423,7 @@ class Daemon:
         cfg = self.config
         assert self.ctx is not None
         count = cfg.server_workers - 1
-        # The workers' own feed: a context of its own, so they are no client connections.
-        upstream_ctx = ServerContext(feeds=self.ctx.feeds, settings=self.settings,
-                                     version=BUILD_VERSION)
+        encodings = worker_wire.encodings_for(cfg.server_protocols)
         with tempfile.TemporaryDirectory(prefix="trio-typha-") as tmp:
             path = os.path.join(tmp, "primary.sock")
             sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -444,7 +444,8 @@ class Daemon:
                 detail=self.workers.detail() if self.workers is not None else ""))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(partial(
-                    trio.serve_listeners, partial(_serve_worker_stream, upstream_ctx),
+                    trio.serve_listeners,
+                    partial(serve_worker_feed, self.ctx.feeds, encodings),
                     [trio.SocketListener(sock)]))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])
@@ -518,11 +519,6 @@ class Daemon:
             return None
         log.info("Received SIGUSR1, emitting memory profile to %s", path)
         return path
-
-
-async def _serve_worker_stream(ctx: ServerContext, stream: trio.SocketStream) -> None:
-    from .protocols.grpc.shell import serve_h2_connection
-    await serve_h2_connection(stream, ctx, peer="worker")
 
 
 def _staleness(feed: CacheFeed) -> float:

@@ -133,6 +133,26 @@ class SnapshotCache:
                                            origin))
         return published
 
+    def append(self, updates: tuple[SerializedUpdate, ...], status: SyncStatus, now: float,
+               origin: float | None = None, memo: dict[Any, Any] | None = None) -> Breadcrumb:
+        """Publish exactly one breadcrumb as given: ``updates`` (not re-batched, no no-op
+        dropped), then ``status``; ``memo`` pre-fills its encodings.
+
+        A ServerWorkers worker mirrors the primary's breadcrumbs with it, so the
+        encodings the primary made of a breadcrumb fit the worker's copy byte for byte.
+        """
+        kvs = self._kvs
+        for upd in updates:
+            if upd.deleted:
+                kvs.pop(upd.key, None)
+            else:
+                kvs[upd.key] = upd.as_new()
+        self.status = status
+        crumb = self._publish(updates, now, origin)
+        if memo:
+            crumb._memo.update(memo)
+        return crumb
+
     def set_status(self, status: SyncStatus, now: float) -> Breadcrumb | None:
         """Record a sync-status change as a breadcrumb of its own (none if unchanged)."""
         if status == self.status:

@@ -4,6 +4,7 @@ caught-up clients and wakes the writers of the others."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import trio
 
@@ -73,16 +74,30 @@ class CacheFeed:
                 self._in_sync.set()
             self._wake()
 
+    def append(self, updates: tuple[SerializedUpdate, ...], status: SyncStatus,
+               origin: float | None = None, memo: dict[Any, Any] | None = None) -> Breadcrumb:
+        """Publish one breadcrumb exactly as given (:meth:`SnapshotCache.append`)."""
+        crumb = self.cache.append(updates, status, trio.current_time(), origin, memo)
+        if status is SyncStatus.IN_SYNC:
+            self._in_sync.set()
+        self._wake()
+        return crumb
+
     def snapshot_point(self) -> Breadcrumb:
         return self.cache.snapshot_point(trio.current_time(), self.snapshot_reuse_age)
 
     async def wait_next(self, crumb: Breadcrumb) -> Breadcrumb:
         """Return ``crumb.next``, sleeping until it is published."""
         blocked = crumb.next is None
-        while crumb.next is None:
-            await self._published.wait()
+        nxt = await self.wait_published(crumb)
         if self.on_wait is not None:
             self.on_wait(blocked)
+        return nxt
+
+    async def wait_published(self, crumb: Breadcrumb) -> Breadcrumb:
+        """:meth:`wait_next` without counting the wait in the clients' metrics."""
+        while crumb.next is None:
+            await self._published.wait()
         return crumb.next
 
     async def wait_in_sync(self) -> None:

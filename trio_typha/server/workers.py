@@ -26,6 +26,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ import trio
 
 from ..cache.feed import CacheFeed
 from ..model.kv import SyncStatus
+from . import worker_wire as wire
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 RESTART_DELAY = 1.0
 #: How often the primary reads its workers' health, metrics and connections.
 POLL_INTERVAL = 1.0
+#: How long the primary waits for a worker connection's hello.
+HELLO_TIMEOUT = 10.0
 
 
 async def open_reuse_port_listener(host: str | None, port: int) -> trio.SocketListener:
@@ -58,9 +62,11 @@ async def open_reuse_port_listener(host: str | None, port: int) -> trio.SocketLi
 
 
 class ReplicaPipeline:
-    """A worker's stand-in for a syncer pipeline: the primary's cache, followed over gRPC.
+    """A worker's stand-in for a syncer pipeline: the primary's cache, mirrored from its feed.
 
     Has what the daemon uses of :class:`~trio_typha.syncer.pipeline.SyncerPipeline`.
+    ``run`` reports started once the primary's snapshot is in the cache, so the worker
+    opens its port with the primary's state, not an empty one.
     """
 
     def __init__(self, syncer_type: str, feed: CacheFeed, upstream: str) -> None:
@@ -77,24 +83,47 @@ class ReplicaPipeline:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        from ..client.grpc import Finished, Header, StatusChanged, Updates, sync
-        from ..protocols.grpc.status import GrpcError
-        task_status.started()
-        stream = await trio.open_unix_socket(self.upstream)
         try:
-            async for event in sync(stream, self.syncer_type, hostname="trio-typha-worker"):
-                if isinstance(event, Updates):
-                    self.feed.apply(event.updates)
-                elif isinstance(event, Header | Finished | StatusChanged):
-                    self.feed.set_status(event.status)
-        except (GrpcError, trio.BrokenResourceError, OSError) as exc:
+            stream = await trio.open_unix_socket(self.upstream)
+        except OSError as exc:
+            log.error("Worker: cannot reach the primary at %s (%s); exiting", self.upstream, exc)
+            os.kill(os.getpid(), signal.SIGTERM)
+            task_status.started()
+            return
+        try:
+            await stream.send_all(wire.encode_hello(self.syncer_type))
+            await self._follow(stream, task_status)
+        except (wire.WireError, trio.BrokenResourceError, OSError) as exc:
             self.failing[None] = f"lost the primary: {exc}"
-            log.error("Worker: stream from the primary ended (%s); exiting", exc)
+            log.error("Worker: feed from the primary ended (%s); exiting", exc)
         finally:
             await stream.aclose()
         # Without the primary this worker's cache goes stale: end the process (the primary
         # starts a new one, or is gone itself).
         os.kill(os.getpid(), signal.SIGTERM)
+
+    async def _follow(self, stream: trio.abc.Stream, task_status: trio.TaskStatus[None]
+                      ) -> None:
+        decoder = wire.Decoder()
+        feed = self.feed
+        seq: int | None = None
+        started = False
+        while data := await stream.receive_some(1 << 20):
+            decoder.feed(data)
+            for record in decoder:
+                now = trio.current_time()
+                if isinstance(record, wire.Crumb):
+                    if seq is not None and record.seq != seq + 1:
+                        raise wire.WireError(f"breadcrumb {record.seq} after {seq}")
+                    seq = record.seq
+                    feed.append(record.updates, record.status, now - record.age, record.memo)
+                elif isinstance(record, wire.Snapshot) and not started:
+                    feed.append(record.updates, record.status, now - record.age)
+                    started = True
+                    task_status.started()
+                else:
+                    raise wire.WireError(f"unexpected {type(record).__name__} record")
+        raise trio.BrokenResourceError("the primary closed the feed")
 
 
 class Upstream:
@@ -120,8 +149,11 @@ def worker_main() -> None:
                         handle_signals=True, reuse_port=True)
 
         async def primary_gone() -> None:
-            # The primary holds our stdin: EOF means it is gone.
-            await trio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
+            # The primary holds our stdin: EOF means it is gone.  Read without a thread, so
+            # none is left blocked in stdin when the interpreter exits.
+            async with trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())) as stdin:
+                while await stdin.receive_some(4096):
+                    pass
             daemon.shutdown()
 
         async with trio.open_nursery() as outer:
@@ -276,6 +308,43 @@ class WorkerPool:
         except (httpx.HTTPError, ValueError) as exc:
             w.ready = False
             w.detail = f"unreachable: {exc}"
+
+
+async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
+                            encodings: tuple[wire.Encoding, ...],
+                            stream: trio.abc.Stream) -> None:
+    """The primary's side of one worker connection: a snapshot, then every breadcrumb.
+
+    Each breadcrumb's record (its updates and its encodings for the enabled protocols) is
+    built once however many workers there are; several published since the last write
+    go in one write, each still its own record.
+    """
+    decoder = wire.Decoder(max_record=4096)
+    hello: wire.Record | None = None
+    with trio.move_on_after(HELLO_TIMEOUT):
+        while hello is None and (data := await stream.receive_some(4096)):
+            decoder.feed(data)
+            hello = next(iter(decoder), None)
+    if not isinstance(hello, wire.Hello) or hello.syncer_type not in feeds:
+        log.error("Worker feed: no valid hello (%r); closing", hello)
+        await stream.aclose()
+        return
+    feed = feeds[hello.syncer_type]
+    crumb = feed.snapshot_point()
+    try:
+        await stream.send_all(wire.encode_snapshot(crumb.status, 0.0, crumb.snapshot()))
+        while True:
+            crumb = await feed.wait_published(crumb)
+            now = trio.current_time()
+            records = [wire.encode_crumb(crumb, now - crumb.origin, encodings)]
+            while crumb.next is not None:
+                crumb = crumb.next
+                records.append(wire.encode_crumb(crumb, now - crumb.origin, encodings))
+            await stream.send_all(b"".join(records))
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        log.info("Worker feed for %s ended: %s", hello.syncer_type, exc)
+    finally:
+        await stream.aclose()
 
 
 def aggregate_exposition(own: str, others: list[str]) -> str:

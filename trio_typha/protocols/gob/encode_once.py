@@ -71,15 +71,20 @@ def kvs_messages(updates: Sequence[SerializedUpdate], per_message: int) -> bytes
                     for i in range(0, len(updates), per_message))
 
 
+#: Memo keys of a breadcrumb's gob encodings (a ServerWorkers worker is handed them).
+DELTAS_KEY = ("gob", "deltas")
+DELTAS_CHUNKS_KEY = ("gob", "deltas", "snappy")
+
+
 def deltas(crumb: Breadcrumb) -> bytes:
     """The breadcrumb's updates as one MsgKVs (empty for a status-only breadcrumb)."""
-    return crumb.memo(("gob", "deltas"),
+    return crumb.memo(DELTAS_KEY,
                       lambda c: encode(MsgKVs(c.updates)) if c.updates else b"")
 
 
 def deltas_chunks(crumb: Breadcrumb) -> bytes:
     """:func:`deltas` as snappy data chunks, complete in themselves (Typha's per-message flush)."""
-    return crumb.memo(("gob", "deltas", "snappy"), lambda c: snappy.chunks(deltas(c)))
+    return crumb.memo(DELTAS_CHUNKS_KEY, lambda c: snappy.chunks(deltas(c)))
 
 
 def build_streamed_snapshot(snapshot: Sequence[SerializedUpdate], per_message: int) -> bytes:

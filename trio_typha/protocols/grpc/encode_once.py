@@ -46,9 +46,13 @@ def _updates(updates: tuple[SerializedUpdate, ...] | list[SerializedUpdate]) -> 
     return _framed(pb.SyncResponse(update=pb.Updates(kvs=[kv_message(u) for u in updates])))
 
 
+#: Memo key of a breadcrumb's update message (a ServerWorkers worker is handed it).
+UPDATE_KEY = ("grpc", "update")
+
+
 def update_message(crumb: Breadcrumb) -> bytes:
     """The breadcrumb's updates as one framed message; ``b""`` if it only changed status."""
-    return crumb.memo(("grpc", "update"), lambda c: _updates(c.updates) if c.updates else b"")
+    return crumb.memo(UPDATE_KEY, lambda c: _updates(c.updates) if c.updates else b"")
 
 
 def snapshot_messages(crumb: Breadcrumb, batch_size: int) -> tuple[bytes, ...]:
