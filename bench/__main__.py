@@ -75,7 +75,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "rss_with_clients_mib": result.get("server_rss_with_clients_mib"),
         "in_sync_s": result.get("all_in_sync_s"),
         "server_processes": result.get("server_processes"),
-        **{k: result[k] for k in ("churn_breadcrumbs", "worker_churn_cpu_s",
+        **{k: result[k] for k in ("churn_breadcrumbs", "worker_churn_cpu_s", "worker_clients",
                                   "baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
                                   "server_side", "client_errors") if k in result},
     }
@@ -103,7 +103,7 @@ async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str
         store.put_all(generate(args.cluster))
         from trio_typha.config import load_config
         from trio_typha.daemon import Daemon
-        cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+        cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
         daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
         await daemon.wait_in_sync()
         snapshot = daemon.pipelines["felix"].feed.snapshot_point().snapshot()

@@ -46,7 +46,7 @@ async def run(args: argparse.Namespace) -> dict:
     store = MemoryStore()
     objects = store.put_all(generate(args.cluster))
     cfg = load_config({}, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
         "ServerPingIntervalSecs": str(args.ping_interval),
         "CacheWakeIntervalSecs": str(args.wake_interval),
         "MaxConnectionsUpperLimit": str(max(10000, 2 * args.clients)),

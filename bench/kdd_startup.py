@@ -124,7 +124,7 @@ async def measure(size: str, args: argparse.Namespace, *, do_churn: bool) -> dic
     result.update(objects=serving["objects"], pods=serving["pods"],
                   apiserver_seed_s=serving["seed_s"])
     cfg = load_config({}, overrides={
-        "DatastoreType": "kubernetes", "ServerHost": "127.0.0.1",
+        "DatastoreType": "kubernetes", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
         "ShutdownTimeoutSecs": "2", "ShutdownConnectionDropIntervalMaxSecs": "0.05"})
     kube = load_kube_client_config({"KUBECONFIG": serving["kubeconfig"]})
     async with open_kubernetes_datastore(kube) as ds, trio.open_nursery() as nursery:

@@ -72,7 +72,11 @@ class ReplicaProcess:
                "TYPHA_HEALTHENABLED": "true", "TYPHA_HEALTHHOST": self.ip,
                "TYPHA_HEALTHPORT": str(self.health_port),
                "TYPHA_LOGSEVERITYSCREEN": "WARNING", "TYPHA_SHUTDOWNTIMEOUTSECS": "3",
-               "TYPHA_SHUTDOWNCONNECTIONDROPINTERVALMAXSECS": "0.05", **self.settings}
+               "TYPHA_SHUTDOWNCONNECTIONDROPINTERVALMAXSECS": "0.05",
+               # One process per replica: the demo runs several replicas on one machine
+               # (a 2-CPU laptop), where ServerWorkers' default (one process per CPU, each
+               # with a copy of the caches) would only multiply memory and contention.
+               "TYPHA_SERVERWORKERS": "1", **self.settings}
         cmd = [sys.executable, "-m", "trio_typha", "serve"]
         if self.log_path is None:
             self.proc = await trio.lowlevel.open_process(cmd, env=env,

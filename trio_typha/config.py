@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .server.cpus import MAX_DEFAULT_WORKERS, usable_cpus_default
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_FILE = "/etc/calico/typha.cfg"
@@ -136,7 +138,8 @@ class Param:
     default: Any
     doc: str
     zero: Any = None  # value of "none"; None means "none" is not allowed
-    #: Typha's built-in default, used instead of a value <= 0 when the server is built.
+    #: Typha's built-in default, used instead of a value <= 0 when the server is built (a
+    #: callable is asked then: a default that depends on the machine).
     fallback: Any = None
     own: bool = False  # trio-typha's own parameter, not Typha's
 
@@ -147,7 +150,7 @@ class Param:
     def effective(self, value: Any) -> Any:
         """``value`` after Typha's re-defaulting of values <= 0 (where it re-defaults)."""
         if self.fallback is not None and value <= 0:
-            return self.fallback
+            return self.fallback() if callable(self.fallback) else self.fallback
         return value
 
 
@@ -274,10 +277,13 @@ class Config:
         fallback=120.0)
     server_port: int = param("ServerPort", _int(0, 65535), 0, "listen port (0 means 5473)")
     server_host: str = param("ServerHost", _host, "", "listen address (empty: all)")
+    # <= 0: the CPUs this process may use (affinity and cgroup cpu.max), at most 8
+    # (server/cpus.py says why); 1: the single-process server.
     server_workers: int = param(
-        "ServerWorkers", _int(1, 64), 1, "processes serving the port: this one (which owns "
-        "the datastore watch and the caches) plus ServerWorkers-1 workers fed from it",
-        own=True)
+        "ServerWorkers", _int(None, 64), 0, "processes serving the port: this one (which owns "
+        "the datastore watch and the caches) plus ServerWorkers-1 workers fed from it; "
+        "0 or less: the CPUs this process may use (affinity, cgroup CPU quota), at most "
+        f"{MAX_DEFAULT_WORKERS}", fallback=usable_cpus_default, own=True)
     server_key_file: str = param("ServerKeyFile", _file_must_exist, "", "server TLS key")
     server_cert_file: str = param("ServerCertFile", _file_must_exist, "",
                                   "server TLS certificate")

@@ -125,7 +125,9 @@ class Daemon:
         self.handle_signals = handle_signals
         self.syncer_types = syncer_types
         self.upstream = upstream
-        self.reuse_port = reuse_port or cfg.server_workers > 1
+        #: Processes serving the port (ServerWorkers after its default); 1 for a worker.
+        self.server_workers: int = 1 if upstream is not None else cfg.effective("ServerWorkers")
+        self.reuse_port = reuse_port or self.server_workers > 1
         self.workers: WorkerPool | None = None
         if upstream is not None:
             datastore = Upstream(upstream)  # type: ignore[assignment]
@@ -278,7 +280,7 @@ class Daemon:
                                  timeout=max(REPORT_TIMEOUT, 2 * self.governor.interval),
                                  heartbeat=self.governor.heartbeat)
             await nursery.start(self._serve_sync)
-            if cfg.server_workers > 1 and self.upstream is None:
+            if self.server_workers > 1:
                 await nursery.start(self._run_workers)
             await nursery.start(self.governor.run)
             if self._rebalance_api is not None:
@@ -422,7 +424,7 @@ class Daemon:
 
         cfg = self.config
         assert self.ctx is not None
-        count = cfg.server_workers - 1
+        count = self.server_workers - 1
         encodings = worker_wire.encodings_for(cfg.server_protocols)
         with tempfile.TemporaryDirectory(prefix="trio-typha-") as tmp:
             path = os.path.join(tmp, "primary.sock")
@@ -435,7 +437,7 @@ class Daemon:
                 prometheus_metrics_enabled=True, prometheus_metrics_host="127.0.0.1",
                 prometheus_metrics_port=0,
                 max_connections_upper_limit=max(
-                    1, -(-cfg.effective("MaxConnectionsUpperLimit") // cfg.server_workers)),
+                    1, -(-cfg.effective("MaxConnectionsUpperLimit") // self.server_workers)),
                 max_connections_lower_limit=1)
             self.workers = WorkerPool(worker_cfg, count=count, upstream=path,
                                       port=self.ports["server"])

@@ -209,7 +209,7 @@ class Chaos:
         self.attack_windows: list[tuple[float, float]] = []
         self.cfg = load_config({}, config_file=None, overrides={
             **backend.replica_params(proxy.port),
-            "ServerHost": "127.0.0.1", "WatchStallTimeoutSecs": "1",
+            "ServerHost": "127.0.0.1", "ServerWorkers": "1", "WatchStallTimeoutSecs": "1",
             "ServerWriteTimeoutSecs": "3", "ServerHandshakeTimeoutSecs": "3",
             "ServerH2IdleTimeoutSecs": "3", "ShutdownTimeoutSecs": "2",
             "ShutdownConnectionDropIntervalMaxSecs": "0.01",

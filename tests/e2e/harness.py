@@ -22,7 +22,7 @@ def daemon_config(env: Mapping[str, str] | None = None, **overrides: str) -> Con
     """Loopback, ephemeral health port, quick pings (so acks are exercised) and a quick
     drain.  ``env`` is passed as the environment (TYPHA_* names); ``overrides`` as flags.
     (The sync port comes from :func:`running_daemon`: ServerPort 0 means Typha's 5473.)"""
-    flags = {"ServerHost": "127.0.0.1",
+    flags = {"ServerHost": "127.0.0.1", "ServerWorkers": "1",
              "HealthEnabled": "true", "HealthPort": "0", "HealthHost": "127.0.0.1",
              "ServerPingIntervalSecs": "0.2", "ServerPongTimeoutSecs": "5",
              "ShutdownTimeoutSecs": "5", "ShutdownConnectionDropIntervalMaxSecs": "0.05",

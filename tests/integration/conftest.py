@@ -23,7 +23,7 @@ async def memory_daemon(nursery) -> Callable[..., Awaitable[Daemon]]:
         store = MemoryStore()
         store.put_all(generate("tiny"))
         cfg = load_config({}, config_file=None, overrides={
-            "DatastoreType": "memory", "ServerHost": "127.0.0.1", **params})
+            "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1", **params})
         daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
         daemons.append(daemon)
         with trio.fail_after(10):

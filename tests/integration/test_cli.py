@@ -11,6 +11,7 @@ import pytest
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.upper().startswith("TYPHA_")}
+    full_env["TYPHA_SERVERWORKERS"] = "1"  # one process (tests/conftest.py)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "trio_typha", *args], env=full_env,
                           capture_output=True, text=True, timeout=60)

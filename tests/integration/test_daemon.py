@@ -16,7 +16,7 @@ from trio_typha.model.kv import SYNCER_TYPES, SyncStatus
 
 
 def config(**extra: str):
-    overrides = {"DatastoreType": "memory", "ServerHost": "127.0.0.1",
+    overrides = {"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
                  "HealthEnabled": "true", "HealthPort": "0", "HealthHost": "127.0.0.1",
                  "PrometheusMetricsEnabled": "true", "PrometheusMetricsPort": "0",
                  "PrometheusMetricsHost": "127.0.0.1", "ShutdownTimeoutSecs": "5",

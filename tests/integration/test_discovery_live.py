@@ -104,7 +104,7 @@ async def test_srv_silent_server_times_out() -> None:
 
 async def _replica(nursery: trio.Nursery, port: int = 0) -> tuple[Daemon, trio.CancelScope]:
     cfg = load_config({}, overrides={"DatastoreType": "memory", "MemoryDemoCluster": "tiny",
-                                     "ServerHost": "127.0.0.1"})
+                                     "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
     daemon = Daemon(cfg, listen_port=port)
     scope = trio.CancelScope()
 

@@ -18,7 +18,7 @@ HANG = 30  # hang protection only
 
 async def test_agents_hold_the_expected_state(nursery: trio.Nursery) -> None:
     cfg = load_config({}, overrides={"DatastoreType": "memory", "MemoryDemoCluster": "tiny",
-                                     "ServerHost": "127.0.0.1"})
+                                     "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
     daemon = Daemon(cfg, listen_port=0)
     await nursery.start(daemon.run)
     specs = agent_specs(8, grpc_share=0.5, syncers=("felix", "bgp"))

@@ -20,7 +20,7 @@ HANG = 30  # hang protection only
 async def test_feed_streams_replica_numbers(nursery: trio.Nursery) -> None:
     cfg = load_config({}, overrides={
         "DatastoreType": "memory", "MemoryDemoCluster": "tiny", "MemoryChurnRate": "50",
-        "ServerHost": "127.0.0.1", "HealthEnabled": "true", "HealthHost": "127.0.0.1",
+        "ServerHost": "127.0.0.1", "ServerWorkers": "1", "HealthEnabled": "true", "HealthHost": "127.0.0.1",
         "HealthPort": "0"})
     daemon = Daemon(cfg, listen_port=0)
     await nursery.start(daemon.run)
@@ -62,7 +62,7 @@ async def test_feed_connections_are_capped(nursery: trio.Nursery,
     from trio_typha.observe import httpd
     monkeypatch.setattr(httpd, "_MAX_WEBSOCKETS", 2)
     cfg = load_config({}, overrides={
-        "DatastoreType": "memory", "MemoryDemoCluster": "tiny", "ServerHost": "127.0.0.1",
+        "DatastoreType": "memory", "MemoryDemoCluster": "tiny", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
         "HealthEnabled": "true", "HealthHost": "127.0.0.1", "HealthPort": "0"})
     daemon = Daemon(cfg, listen_port=0)
     await nursery.start(daemon.run)

@@ -20,7 +20,7 @@ def daemon() -> Daemon:
     store = MemoryStore()
     store.put_all(generate("tiny"))
     cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ShutdownTimeoutSecs": "1"})
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1", "ShutdownTimeoutSecs": "1"})
     return Daemon(cfg, store=store, listen_port=0)
 
 

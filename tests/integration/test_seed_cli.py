@@ -81,6 +81,7 @@ def seed(tmp_path_factory) -> Path:
 def server(seed):
     port, health = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("TYPHA_")}
+    env["TYPHA_SERVERWORKERS"] = "1"  # one process (tests/conftest.py)
     proc = subprocess.Popen(
         [sys.executable, "-m", "trio_typha", "serve", "--seed", str(seed), "--host",
          "127.0.0.1", "--port", str(port), "--health", "--health-host", "127.0.0.1",

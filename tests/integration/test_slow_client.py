@@ -17,7 +17,7 @@ async def test_stuck_reader_does_not_stall_others(nursery) -> None:
     store = MemoryStore()
     store.put_all(generate("tiny"))
     cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWriteTimeoutSecs": "2"})
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1", "ServerWriteTimeoutSecs": "2"})
     daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
     with trio.fail_after(10):
         await daemon.wait_in_sync()

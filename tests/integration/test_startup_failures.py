@@ -19,6 +19,7 @@ def serve(*args: str, env: dict[str, str] | None = None, home: Path | None = Non
           ) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("TYPHA_", "KUBERNETES_", "KUBECONFIG", "CALICO_", "TLS_"))}
+    base["TYPHA_SERVERWORKERS"] = "1"  # one process (tests/conftest.py)
     if home is not None:
         base["HOME"] = str(home)
     return subprocess.run(

@@ -41,7 +41,7 @@ def pki(tmp_path_factory):
 async def daemon(nursery, pki):
     p = pki["paths"]
     cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
         "ServerCertFile": str(p["server_cert"]), "ServerKeyFile": str(p["server_key"]),
         "CAFile": str(p["ca"]), "ClientCN": "typha-client",
         "ServerHandshakeTimeoutSecs": "5"})

@@ -67,7 +67,7 @@ def write_server_files(pki: dict[str, Any], d: Path, server: Any = None,
 
 @contextlib.asynccontextmanager
 async def daemon(paths: dict[str, Path] | None, **extra: str) -> AsyncIterator[Daemon]:
-    overrides = {"DatastoreType": "memory", "ServerHost": "127.0.0.1",
+    overrides = {"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
                  "ServerHandshakeTimeoutSecs": "5", "ShutdownTimeoutSecs": "2", **extra}
     if paths is not None:
         overrides.update({"ServerCertFile": str(paths["cert"]),

@@ -439,7 +439,7 @@ async def test_go_client_against_the_daemon(gobtool: Path, syncer: str) -> None:
     store = MemoryStore()
     store.put_all(generate("tiny"))
     cfg = load_config({}, config_file=None,
-                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
     async with trio.open_nursery() as nursery:
         daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
         with trio.fail_after(10):
@@ -475,7 +475,7 @@ async def test_go_fleet_against_the_daemon(gobtool: Path) -> None:
     store = MemoryStore()
     store.put_all(generate("tiny"))
     cfg = load_config({}, config_file=None,
-                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1"})
+                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
     async with trio.open_nursery() as nursery:
         daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
         with trio.fail_after(10):

@@ -57,6 +57,7 @@ PURE = [
     "trio_typha.server.liveness",
     "trio_typha.server.settings",
     "trio_typha.server.sniff",
+    "trio_typha.server.cpus",
     "trio_typha.server.worker_wire",
     "trio_typha.syncer.tracker",
 ]

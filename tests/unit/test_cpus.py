@@ -1,0 +1,81 @@
+"""ServerWorkers' default: the CPUs this process may use (server/cpus.py, config.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+from trio_typha.config import load_config
+from trio_typha.server import cpus
+
+
+@pytest.mark.parametrize(("text", "limit"), [
+    ("max 100000\n", None),
+    ("max", None),
+    ("200000 100000\n", 2.0),
+    ("150000 100000", 1.5),
+    ("50000 100000", 0.5),
+    ("400000", 4.0),  # period omitted: the kernel's default, 100 ms
+    ("", None),
+    ("garbage here", None),
+    ("0 100000", None),
+])
+def test_cpu_max_parsing(text: str, limit: float | None) -> None:
+    assert cpus.parse_cpu_max(text) == limit
+
+
+@pytest.mark.parametrize(("affinity", "quota", "workers"), [
+    (2, None, 2),
+    (1, None, 1),
+    (64, None, cpus.MAX_DEFAULT_WORKERS),  # capped
+    (16, 4.0, 4),  # a container's CPU limit beats the CPUs it may run on
+    (4, 16.0, 4),  # ... and the other way round
+    (8, 1.5, 1),  # whole CPUs only
+    (8, 0.25, 1),  # at least one process
+    (3, 2.5, 2),
+])
+def test_default_is_usable_whole_cpus_capped(affinity: int, quota: float | None,
+                                             workers: int) -> None:
+    assert cpus.default_workers(affinity, quota) == workers
+
+
+def fake_files(files: dict[str, str]) -> Callable[[str], str]:
+    def read(path: str) -> str:
+        try:
+            return files[path]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+    return read
+
+
+def test_the_tightest_quota_of_the_cgroup_and_its_parents_applies() -> None:
+    read = fake_files({
+        "/proc/self/cgroup": "0::/kubepods/pod1/ctr\n",
+        "/cg/kubepods/pod1/ctr/cpu.max": "max 100000\n",
+        "/cg/kubepods/pod1/cpu.max": "300000 100000\n",
+        "/cg/kubepods/cpu.max": "800000 100000\n",
+    })
+    assert cpus.cgroup_quota(read, root="/cg") == 3.0
+
+
+def test_no_cgroup_v2_means_no_quota() -> None:
+    assert cpus.cgroup_quota(fake_files({"/proc/self/cgroup": "1:cpu:/\n"})) is None
+    assert cpus.cgroup_quota(fake_files({})) is None
+    # A container's own namespace: its cgroup is the root of the mount.
+    read = fake_files({"/proc/self/cgroup": "0::/\n", "/cg/cpu.max": "100000 100000"})
+    assert cpus.cgroup_quota(read, root="/cg") == 1.0
+
+
+def test_config_zero_or_less_means_this_machines_default() -> None:
+    expected = cpus.default_workers(len(os.sched_getaffinity(0)),
+                                    cpus.cgroup_quota(cpus._read))
+    for raw in ("0", "-1"):
+        cfg = load_config({"TYPHA_SERVERWORKERS": raw}, config_file=None)
+        assert cfg.effective("ServerWorkers") == expected
+    assert load_config({}, config_file=None).effective("ServerWorkers") == expected
+    assert load_config({"TYPHA_SERVERWORKERS": "1"},
+                       config_file=None).effective("ServerWorkers") == 1
+    assert load_config({"TYPHA_SERVERWORKERS": "3"},
+                       config_file=None).effective("ServerWorkers") == 3

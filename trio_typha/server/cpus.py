@@ -1,0 +1,91 @@
+"""How many CPUs this process may use: ServerWorkers' default (pure: files are read, no loop).
+
+Two limits apply to a process on Linux: the CPUs it may be scheduled on (its affinity
+mask: ``taskset``, cpusets, a Kubernetes pod with the static CPU manager) and, in a
+container with a CPU limit, the cgroup v2 quota (``cpu.max``: "QUOTA PERIOD" in
+microseconds, or "max" for none), which throttles the whole cgroup to QUOTA/PERIOD CPUs
+however many it may run on.  Every ancestor cgroup's quota applies too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+#: The most processes ServerWorkers' default starts.  Each worker holds its own copy of
+#: the KV map and builds its own snapshots (tens of MiB on a large cluster), and the
+#: primary alone watches the datastore, runs the pipelines, encodes every breadcrumb and
+#: writes it to every worker: past about eight processes the primary's one core is the
+#: limit and more workers only cost memory.  Typha's usual share is a few hundred nodes
+#: per replica, which eight processes serve with room to spare.
+MAX_DEFAULT_WORKERS = 8
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """CPUs a cgroup v2 ``cpu.max`` allows ("max 100000": no limit, None)."""
+    fields = text.split()
+    if not fields or fields[0] == "max":
+        return None
+    try:
+        quota = int(fields[0])
+        period = int(fields[1]) if len(fields) > 1 else 100_000
+    except ValueError:
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return quota / period
+
+
+def cgroup_path(proc_self_cgroup: str) -> str | None:
+    """This process's cgroup v2 path from ``/proc/self/cgroup`` ("0::/path"), if any."""
+    for line in proc_self_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:] or "/"
+    return None
+
+
+def cgroup_quota(read: Callable[[str], str], root: str = CGROUP_ROOT) -> float | None:
+    """The tightest ``cpu.max`` quota of this process's cgroup and its ancestors."""
+    try:
+        path = cgroup_path(read("/proc/self/cgroup"))
+    except OSError:
+        return None
+    if path is None:
+        return None
+    limits = []
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        try:
+            text = read(os.path.join(root, *parts[:depth], "cpu.max"))
+        except OSError:
+            continue  # the root cgroup has no cpu.max; a mount may hide parents
+        limit = parse_cpu_max(text)
+        if limit is not None:
+            limits.append(limit)
+    return min(limits, default=None)
+
+
+def default_workers(affinity: int, quota: float | None,
+                    cap: int = MAX_DEFAULT_WORKERS) -> int:
+    """Processes for ``affinity`` schedulable CPUs under ``quota`` CPUs (None: no quota):
+    whole CPUs only (a 1.5-CPU quota keeps one process busy, not two), at least 1, at
+    most ``cap``."""
+    usable = float(affinity) if quota is None else min(float(affinity), quota)
+    return max(1, min(cap, math.floor(usable)))
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as fh:
+        return fh.read()
+
+
+def usable_cpus_default() -> int:
+    """ServerWorkers' default for this process (see :func:`default_workers`)."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = os.cpu_count() or 1
+    return default_workers(affinity, cgroup_quota(_read))
