@@ -264,3 +264,54 @@ async def test_entry_point_takes_the_bytes_the_listener_sniffed(grpc_harness, au
         assert next(iter(ctx.sessions.values())).peer == "sniffed"
         await raw.stream.aclose()  # peer goes away: the entry point returns by itself
     assert not ctx.sessions
+
+
+class _LatePreface(trio.abc.HalfCloseableStream):
+    """A server stream whose first write waits ``delay``: a server too busy (a connection
+    storm) to get its SETTINGS out for a while."""
+
+    def __init__(self, inner: trio.abc.HalfCloseableStream, delay: float) -> None:
+        self.inner, self.delay, self.first_write_at = inner, delay, None
+
+    async def send_all(self, data) -> None:
+        if self.first_write_at is None:
+            await trio.sleep(self.delay)
+            self.first_write_at = trio.current_time()
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def receive_some(self, max_bytes=None):
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_first_stream_clock_starts_when_our_settings_are_out(grpc_harness,
+                                                                   autojump_clock):
+    # grpcio opens no stream before it has the server's SETTINGS: a client must not be
+    # blamed for "no stream opened" while ours were still waiting to be written.
+    feeds = {t: CacheFeed(t) for t in SYNCER_TYPES}
+    for feed in feeds.values():
+        feed.set_status(SyncStatus.IN_SYNC)
+    ctx = ServerContext(feeds, ServerSettings(handshake_timeout=5, ping_interval=LONG,
+                                              pong_timeout=LONG))
+    server_side, client_side = trio.testing.memory_stream_pair()
+    late = _LatePreface(server_side, delay=30)
+    conn = GrpcConnection(late, ctx, peer="memory")
+    raw = grpc_harness.RawConnection(client_side, grpc_harness.RawH2Client(),
+                                     read_timeout=LONG)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await raw.flush()
+        await raw.read_until(lambda: raw.h2.server_settings)
+        assert late.first_write_at is not None and late.first_write_at >= 30
+        sid = raw.h2.start()
+        await raw.read_until(lambda: "finished" in kinds(raw, sid) or raw.closed)
+        assert not raw.closed and conn.close_reason is None
+        nursery.cancel_scope.cancel()

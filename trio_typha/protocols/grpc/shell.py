@@ -138,6 +138,9 @@ class GrpcConnection:
         self._progress = _Signal()  # bytes left the queues, or a stream went away
         self._streams_changed = _Signal()  # a stream was opened or its handler ended
         self._had_stream = False
+        # Our SETTINGS are on the wire: clients (grpcio) open no stream before they have
+        # them, so the "no stream opened" clock starts here, not at accept.
+        self._preface_written = trio.Event()
         self._shed = trio.Event()  # the server asked this connection to go
         self._shed_reason: str | None = None
 
@@ -433,6 +436,7 @@ class GrpcConnection:
                         await self._stream.send_all(data)
                         self._writing = False
                         write_scope.deadline = math.inf
+                        self._preface_written.set()
                         self._progress.fire()
                         continue
                     if self.core.state is core.ConnectionState.CLOSED:
@@ -484,7 +488,10 @@ class GrpcConnection:
     async def _watch_idle(self) -> None:
         """Close a connection that holds no stream: none opened within the handshake
         timeout, or none open for ``h2_idle_timeout`` (each idle one costs a socket and
-        its buffers, and fds run out long before memory does)."""
+        its buffers, and fds run out long before memory does).  The first deadline counts
+        from when our preface was written: under a connection storm that can be long after
+        accept, and the client cannot open a stream before it has our SETTINGS."""
+        await self._preface_written.wait()
         idle_since = trio.current_time()
         while True:
             if self._has_streams():
