@@ -2,21 +2,28 @@
 
     python -m bench SCENARIO [--protocol typha|grpc] [--clients N] [--rate WRITES_PER_S]
                              [--seconds S] [--cluster small|medium|large]
-                             [--datastore memory|etcdv3] [--json]
+                             [--datastore memory|etcdv3] [--workers N] [--drain S]
+                             [--workers-list 2,4] [--json]
 
 Scenarios (one configuration per run: peak RSS is a process's, so each run is fresh):
 
 * ``storm``: N clients connect at once to the cluster; time until all are in sync and the
-  server CPU for it.  For ``--protocol typha`` also the raw-blast baseline
+  server CPU for it; then the raw-blast baseline for the same protocol
   (``bench/raw_blast.py``: a minimal trio server writing the same precomputed snapshot
-  bytes to the same clients) and the ratio to it.
-* ``steady``: N clients in sync, then ``--rate`` pod writes/s for ``--seconds``: the share
-  of updates delivered, the delay from datastore write to client receipt, server CPU and
-  cores used during the churn.
+  bytes -- gob, or HTTP/2 DATA frames -- to the same clients) and the ratio to it.
+* ``steady``: N clients in sync, then ``--rate`` pod writes/s for ``--seconds``, then up
+  to ``--drain`` s for the rest to arrive: the share of updates delivered (by the churn's
+  end, 1 s after, by the end of the drain), the delay from datastore write to client
+  receipt, server CPU, cores used and CPU per delivered update over the churn window
+  (sampled from /proc at its start and end; the clients count what they received in it),
+  the client fleet's CPU over the same window, and where undelivered updates were when the
+  churn ended (sessions behind the cache, kernel socket queues).
 * ``memory``: RSS of the server with the cluster loaded, with N clients (``--clients 0``
   for none).
 * ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
   InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.
+* ``balance``: how evenly ServerWorkers' SO_REUSEPORT spreads N clients over the processes,
+  against a prototype passing accepted sockets with SCM_RIGHTS (``bench/balance.py``).
 
 The server is the real daemon in this process (its CPU and RSS are this process's).  On the
 memory datastore the churn generator writes into the memory store from this process too;
@@ -45,13 +52,22 @@ sys.path.insert(0, HERE)
 import fanout  # noqa: E402
 from _common import cpu_seconds, rss_peak_mib  # noqa: E402
 
-SCENARIOS = ("storm", "steady", "memory", "startup")
+SCENARIOS = ("storm", "steady", "memory", "startup", "balance")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "storm": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "steady": {"clients": 1000, "cluster": "medium", "rate": 50.0, "seconds": 60.0},
     "memory": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "startup": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
+    "balance": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
 }
+
+
+RAW_BLAST_KEYS = ("raw_blast_s", "raw_blast_cpu_s", "raw_blast_clients_in_sync",
+                  "raw_blast_keys_min", "raw_blast_errors", "ratio_to_raw_blast")
+
+
+#: Reported as they are (not in the table: nested).
+DETAIL_KEYS = ("server_side", "client_errors", "stuck_clients")
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -60,24 +76,44 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     expected = result.get("expected_deliveries") or 0
     wall = result.get("churn_wall_s") or 0
     cpu = result.get("churn_cpu_s") if expected else result.get("snapshot_cpu_s")
+    in_window = result.get("churn_deliveries") or 0
+    fleet_cpu = result.get("fleet_cpu_s")
+
+    def per_delivery(seconds: float | None, n: int) -> float | None:
+        return round(seconds * 1e6 / n, 1) if expected and n and seconds is not None else None
+
     return {
         "scenario": result["scenario"], "protocol": result.get("protocol"),
         "clients": result.get("clients"), "cluster": result.get("cluster"),
         "rate": result.get("rate"), "writes": result.get("churn_writes"),
         "delivered_fraction": (round(delay.get("n", 0) / expected, 4) if expected else None),
+        **{k: result.get(k) for k in ("delivered_at_churn_end", "delivered_1s_after",
+                                      "drain_s")},
         "delay_p50_ms": delay.get("p50_ms"), "delay_p99_ms": delay.get("p99_ms"),
         "delay_max_ms": delay.get("max_ms"),
         "server_cpu_s": cpu,
         "cores_used": round(cpu / wall, 3) if expected and wall else None,
-        "cpu_us_per_delivery": (round(cpu * 1e6 / delay["n"], 1)
-                                if expected and delay.get("n") else None),
+        # Server CPU over the churn window / updates the clients received in it.
+        "cpu_us_per_delivery": per_delivery(cpu, in_window),
+        # The whole run with clients (snapshot storm, churn, drain) / every update received.
+        "cpu_us_per_delivery_whole_run": per_delivery(result.get("server_cpu_with_clients_s"),
+                                                      delay.get("n", 0)),
+        "fleet_cpu_s": fleet_cpu if expected else None,
+        "fleet_cores": round(fleet_cpu / wall, 3) if expected and wall and fleet_cpu else None,
+        "fleet_cpu_us_per_delivery": per_delivery(fleet_cpu, in_window),
+        # Where undelivered updates wait when the churn ends: in the server's sessions
+        # (behind the cache), in the kernel (sent, unread), or nowhere (lost).
+        "sessions_behind_at_churn_end": result.get("sessions_behind_at_churn_end"),
+        **result.get("socket_queues_at_churn_end", {}),
         "peak_rss_mib": result.get("server_peak_rss_mib"),
         "rss_with_clients_mib": result.get("server_rss_with_clients_mib"),
         "in_sync_s": result.get("all_in_sync_s"),
+        # Clients a gRPC fleet gave up on (their sync timeout ends in_sync_s).
+        "clients_not_in_sync": result.get("clients_not_in_sync") or None,
         "server_processes": result.get("server_processes"),
-        **{k: result[k] for k in ("churn_breadcrumbs", "worker_churn_cpu_s", "worker_clients",
-                                  "baseline_in_sync_s", "baseline_cpu_s", "storm_ratio",
-                                  "server_side", "client_errors") if k in result},
+        **{k: result[k] for k in ("churn_breadcrumbs", "worker_churn_cpu_s", "worker_clients")
+           if k in result},
+        **{k: result[k] for k in RAW_BLAST_KEYS + DETAIL_KEYS if result.get(k) is not None},
     }
 
 
@@ -88,27 +124,33 @@ def fanout_args(args: argparse.Namespace) -> argparse.Namespace:
         procs=min(2, max(args.clients, 1)), cluster=args.cluster, syncer="felix",
         rate=args.rate, seconds=args.seconds, port=0, wake_interval=0.0,
         datastore=args.datastore, workers=args.workers,
-        snapshot_reuse=1.0, gobtool=fanout.build_gobtool() if impl == "go" else None)
+        snapshot_reuse=1.0, drain=args.drain, gobtool=fanout.build_gobtool() if impl == "go" else None)
 
 
 async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str, Any]:
-    """The raw-blast server, same snapshot bytes, same client fleet, in this process."""
-    from raw_blast import RawBlast
+    """The raw-blast server for ``args.protocol``: the same snapshot bytes to the same
+    client fleet, in this process (bench/raw_blast.py)."""
+    from raw_blast import GrpcRawBlast, RawBlast
 
+    from trio_typha.config import load_config
+    from trio_typha.daemon import Daemon
     from trio_typha.datastore.memory import MemoryStore
     from trio_typha.datastore.synthetic import generate
 
     async with trio.open_nursery() as nursery:
         store = MemoryStore()
         store.put_all(generate(args.cluster))
-        from trio_typha.config import load_config
-        from trio_typha.daemon import Daemon
-        cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
+        cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1",
+                                         "ServerWorkers": "1"})
         daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
         await daemon.wait_in_sync()
-        snapshot = daemon.pipelines["felix"].feed.snapshot_point().snapshot()
+        crumb = daemon.pipelines["felix"].feed.snapshot_point()
+        blast: RawBlast | GrpcRawBlast
+        if args.protocol == "typha":
+            blast = RawBlast(crumb.snapshot())
+        else:  # the same message batches the daemon's Sync service sends
+            blast = GrpcRawBlast(crumb, daemon.ctx.settings.normalized().max_message_size)
         daemon.shutdown()
-    blast = RawBlast(snapshot)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(blast.serve)
         cpu0 = cpu_seconds()
@@ -116,13 +158,17 @@ async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str
         per_proc = [fa.clients // fa.procs + (i < fa.clients % fa.procs)
                     for i in range(fa.procs)]
         procs = [subprocess.Popen(  # noqa: ASYNC220
-                     fanout.client_command("typha", "go", port, n, "felix", fa.gobtool),
+                     fanout.client_command(args.protocol, fa.client_impl, port, n, "felix",
+                                           fa.gobtool),
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                  for n in per_proc if n]
         lines = [json.loads(await trio.to_thread.run_sync(p.stdout.readline)) for p in procs]
-        out = {"baseline_in_sync_s": round(trio.current_time() - t0, 2),
-               "baseline_cpu_s": round(cpu_seconds() - cpu0, 2),
-               "baseline_errors": [e for r in lines for e in r.get("errors", [])][:5]}
+        out = {"raw_blast_s": round(trio.current_time() - t0, 2),
+               "raw_blast_cpu_s": round(cpu_seconds() - cpu0, 2),
+               "raw_blast_clients_in_sync": blast.in_sync,
+               "raw_blast_keys_min": min((r["keys_min"] for r in lines if "keys_min" in r),
+                                         default=None),
+               "raw_blast_errors": [e for r in lines for e in r.get("errors", [])][:5]}
         for p in procs:
             p.stdin.close()
             await trio.to_thread.run_sync(p.stdout.read)
@@ -145,7 +191,7 @@ def run_startup(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(row: dict[str, Any]) -> str:
     keys = [k for k, v in row.items()
-            if v is not None and k not in ("client_errors", "server_side")]
+            if v is not None and k not in DETAIL_KEYS]
     width = max(len(k) for k in keys)
     return "\n".join(f"{k:<{width}}  {row[k]}" for k in keys)
 
@@ -161,6 +207,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--datastore", choices=("memory", "etcdv3"), default="memory")
     p.add_argument("--workers", type=int, default=1,
                    help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
+    p.add_argument("--workers-list", default="2,4",
+                   type=lambda s: [int(x) for x in s.split(",")],
+                   help="balance: the ServerWorkers counts to compare (bench/balance.py)")
+    p.add_argument("--drain", type=float, default=fanout.DRAIN_S,
+                   help="steady: after the churn, wait up to this long for the clients to "
+                   "receive every update (delivered_fraction counts what came by then)")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
@@ -174,17 +226,24 @@ def main(argv: list[str] | None = None) -> None:
         p.error("steady needs --rate and --seconds above 0")
     from trio_typha.logs import setup_logging
     setup_logging(args.log_level)
+    if args.scenario == "balance":
+        import balance
+        result = balance.run(args)
+        print(balance.table(result))
+        if args.json:
+            print(json.dumps(result))
+        return
     if args.scenario == "startup":
         result = run_startup(args)
     else:
         fa = fanout_args(args)
         result = trio.run(fanout.run, fa)
         result["scenario"] = args.scenario
-        if args.scenario == "storm" and args.protocol == "typha" and args.clients:
+        if args.scenario == "storm" and args.clients:
             result.update(trio.run(baseline, args, fa))
-            if result["baseline_in_sync_s"]:
-                result["storm_ratio"] = round(
-                    result["all_in_sync_s"] / result["baseline_in_sync_s"], 2)
+            if result["raw_blast_s"]:
+                result["ratio_to_raw_blast"] = round(
+                    result["all_in_sync_s"] / result["raw_blast_s"], 2)
     result.setdefault("server_peak_rss_mib", round(rss_peak_mib(), 1))
     row = summary(result)
     print(table(row))

@@ -40,8 +40,9 @@ def fleet_args() -> argparse.Namespace:
 
 class TrioFleet:
     """N clients in one trio process: counts what they receive and speaks the runner's
-    contract (an ``in_sync`` line once every client is in sync or failed, then a ``done``
-    line with the delays when stdin closes)."""
+    contract (an ``in_sync`` line once every client is in sync or failed, a ``count`` line
+    for every line read from stdin, then a ``done`` line with the delays when stdin
+    closes)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -74,7 +75,8 @@ class TrioFleet:
             await self._all_synced.wait()
             _line({"event": "in_sync", "seconds": max(self._synced),
                    "errors": self.errors[:5]})
-            await trio.to_thread.run_sync(sys.stdin.read)
+            while await trio.to_thread.run_sync(sys.stdin.readline):
+                count_line(len(self.delays))
             nursery.cancel_scope.cancel()
         _line({"event": "done", "delays": self.delays, "updates": self.updates,
                "errors": self.errors[:5]})
@@ -82,6 +84,53 @@ class TrioFleet:
 
 def _line(obj: dict[str, Any]) -> None:
     print(json.dumps(obj), flush=True)
+
+
+def count_line(stamped: int) -> None:
+    """The answer to a line on stdin: churn-stamped updates received in sync so far."""
+    _line({"event": "count", "stamped": stamped})
+
+
+def process_cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU of processes (all their threads) from /proc/PID/stat; a process
+    that has gone counts 0."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def socket_queues(port: int) -> dict[str, int]:
+    """Bytes waiting in the kernel on loopback TCP connections to ``port``: the server's
+    send queues (written, not yet read by the peer) and the clients' receive queues
+    (arrived, not yet read by the client), from /proc/net/tcp and tcp6."""
+    out = {"server_send_queue_bytes": 0, "client_recv_queue_bytes": 0,
+           "clients_with_unread_bytes": 0}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            local, remote, state = int(f[1].rsplit(":", 1)[1], 16), \
+                int(f[2].rsplit(":", 1)[1], 16), f[3]
+            tx, rx = (int(x, 16) for x in f[4].split(":"))
+            if state != "01":  # ESTABLISHED only
+                continue
+            if local == port:
+                out["server_send_queue_bytes"] += tx
+            elif remote == port:
+                out["client_recv_queue_bytes"] += rx
+                out["clients_with_unread_bytes"] += rx > 0
+    return out
 
 
 def rss_peak_mib() -> float:

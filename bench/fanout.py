@@ -28,11 +28,12 @@ import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import (  # noqa: E402
-    cpu_seconds,
     current_rss_mib,
     percentiles,
+    process_cpu_seconds,
     report,
     rss_peak_mib,
+    socket_queues,
 )
 
 from trio_typha.config import load_config  # noqa: E402
@@ -42,6 +43,8 @@ from trio_typha.datastore.memory import MemoryStore  # noqa: E402
 from trio_typha.datastore.synthetic import generate  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: How long after the churn the clients may take to receive the rest of it.
+DRAIN_S = 10.0
 
 
 def build_gobtool() -> str:
@@ -143,20 +146,12 @@ class ServerProcesses:
         return [os.getpid(), *(w.pid for w in workers if w.pid and w.running)]
 
     def cpu(self) -> float:
-        return cpu_seconds() + sum(self.worker_cpu())
+        """CPU seconds of the server's processes so far (/proc/PID/stat, all threads)."""
+        return process_cpu_seconds(self.pids())
 
     def worker_cpu(self) -> list[float]:
         """CPU seconds of each worker process so far (0.0 for one that is gone)."""
-        tick = os.sysconf("SC_CLK_TCK")
-        out = []
-        for pid in self.pids()[1:]:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                out.append((int(fields[11]) + int(fields[12])) / tick)
-            except OSError:
-                out.append(0.0)
-        return out
+        return [process_cpu_seconds([pid]) for pid in self.pids()[1:]]
 
     def _status(self, key: str) -> float:
         out = 0.0
@@ -175,6 +170,59 @@ class ServerProcesses:
 
     def peak_rss(self) -> float:
         return rss_peak_mib() + self._status("VmHWM:")
+
+
+class ClientFleet:
+    """The client processes and the runner's side of their JSON-lines contract."""
+
+    def __init__(self, commands: list[list[str]]) -> None:
+        self.procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       text=True) for cmd in commands]
+
+    async def _line(self, p: subprocess.Popen) -> dict:
+        return json.loads(await trio.to_thread.run_sync(p.stdout.readline))
+
+    async def in_sync(self) -> list[dict]:
+        return [await self._line(p) for p in self.procs]
+
+    async def stamped(self) -> int:
+        """Churn-stamped updates the clients have received in sync so far (a count line)."""
+        for p in self.procs:
+            p.stdin.write("\n")
+            p.stdin.flush()
+        return sum([(await self._line(p))["stamped"] for p in self.procs])
+
+    def cpu(self) -> float:
+        return process_cpu_seconds(p.pid for p in self.procs)
+
+    async def done(self) -> list[dict]:
+        out = []
+        for p in self.procs:
+            p.stdin.close()
+            out.append(await self._line(p))
+            await trio.to_thread.run_sync(p.wait)
+        return out
+
+
+async def drain(fleet: ClientFleet, expected: int, limit: float) -> dict:
+    """After the churn: wait up to ``limit`` s for the clients to receive every update,
+    noting what had arrived by the churn's end, 1 s after it, and when the last came."""
+    t0 = trio.current_time()
+    at_end = got = await fleet.stamped()
+    one_s = None
+    while True:
+        elapsed = trio.current_time() - t0
+        if one_s is None and elapsed >= 1.0:
+            one_s = got
+        if got >= expected or elapsed >= limit:
+            break
+        await trio.sleep(0.1)
+        got = await fleet.stamped()
+    frac = (lambda n: round(n / expected, 4) if expected else None)  # noqa: E731
+    return {"delivered_at_churn_end": frac(at_end),
+            "delivered_1s_after": frac(one_s if one_s is not None else got),
+            "drain_s": round(trio.current_time() - t0, 2) if got >= expected else None,
+            "drain_limit_s": limit}
 
 
 class MemoryCluster:
@@ -261,57 +309,61 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         cpu0 = procs_of.cpu()
         per_proc = [args.clients // args.procs + (i < args.clients % args.procs)
                     for i in range(args.procs)]
-        procs = [subprocess.Popen(  # noqa: ASYNC220
-                     client_command(args.protocol, args.client_impl, port, n, args.syncer,
-                                    args.gobtool),
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                 for n in per_proc if n]
+        fleet = ClientFleet([client_command(args.protocol, args.client_impl, port, n,
+                                            args.syncer, args.gobtool)
+                             for n in per_proc if n])
         t_start = trio.current_time()
-        in_sync = [json.loads(await trio.to_thread.run_sync(p.stdout.readline))
-                   for p in procs]
+        in_sync = await fleet.in_sync()
         result["all_in_sync_s"] = round(trio.current_time() - t_start, 2)
         result["snapshot_cpu_s"] = round(procs_of.cpu() - cpu0, 2)
         result["client_errors"] = [e for r in in_sync for e in r.get("errors", [])]
         result["clients_not_in_sync"] = sum(r.get("not_in_sync", 0) for r in in_sync)
         result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
-        cpu1 = procs_of.cpu()
         if daemon.workers is not None:
             await trio.sleep(1.5)  # the primary reads its workers' connections once a second
             result["worker_clients"] = [len(w.connections) for w in daemon.workers.workers]
-            cpu1 = procs_of.cpu()
         workers_cpu1 = procs_of.worker_cpu()
         seq1 = daemon.pipelines[args.syncer].feed.latest.seq
-        wall1 = trio.current_time()
         gc_pauses = GcPauses()
         rounds = RoundLag(daemon.pipelines[args.syncer].feed, daemon.pipelines[args.syncer])
+        # The churn window: CPU of the server (and of the clients) and the updates the
+        # clients received between its start and its end, sampled at both ends.
+        cpu1, fleet_cpu1, wall1 = procs_of.cpu(), fleet.cpu(), trio.current_time()
+        stamped1 = await fleet.stamped()
         if args.seconds > 0 and args.rate > 0:
             await cluster.churn(args.rate, args.seconds)
+        cpu2, fleet_cpu2, wall2 = procs_of.cpu(), fleet.cpu(), trio.current_time()
+        result["churn_deliveries"] = await fleet.stamped() - stamped1
         result["churn_writes"] = cluster.writes
-        result["churn_cpu_s"] = round(procs_of.cpu() - cpu1, 2)
-        crumbs = daemon.pipelines[args.syncer].feed.latest.seq - seq1
-        result["churn_breadcrumbs"] = crumbs
+        result["churn_cpu_s"] = round(cpu2 - cpu1, 2)
+        result["churn_wall_s"] = round(wall2 - wall1, 2)
+        result["fleet_cpu_s"] = round(fleet_cpu2 - fleet_cpu1, 2)
+        result["socket_queues_at_churn_end"] = socket_queues(port)
+        result["sessions_behind_at_churn_end"] = sum(
+            1 for i in daemon.ctx.sessions.values() if i.lag()[0] > 0)
+        result["churn_breadcrumbs"] = daemon.pipelines[args.syncer].feed.latest.seq - seq1
         if workers_cpu1:
             # A worker's own cost per breadcrumb (its clients' writes included).
             result["worker_churn_cpu_s"] = [
                 round(b - a, 2) for a, b in zip(workers_cpu1, procs_of.worker_cpu(), strict=False)]
-        result["churn_wall_s"] = round(trio.current_time() - wall1, 2)
         result["gc_during_churn"] = gc_pauses.summary()
         result["server_side"] = rounds.summary()
         result["server_rss_with_clients_mib"] = round(procs_of.rss(), 1)
-        await trio.sleep(1)  # let the last writes arrive
+        result["expected_deliveries"] = cluster.writes * args.clients
+        if result["expected_deliveries"]:
+            result.update(await drain(fleet, result["expected_deliveries"], args.drain))
+        else:
+            await trio.sleep(1)
         result["bytes_sent_total"] = sum(i.bytes_sent for i in daemon.ctx.sessions.values())
         result["sessions_at_end"] = len(daemon.ctx.sessions)
-        result.update(snapshot_sizes(daemon, args.syncer))
         delays: list[float] = []
-        for p in procs:
-            p.stdin.close()
-            line = await trio.to_thread.run_sync(p.stdout.readline)
-            done = json.loads(line)
+        for done in await fleet.done():
             delays.extend(done["delays"])
             result["client_errors"] += done.get("errors", [])
-            await trio.to_thread.run_sync(p.wait)
+        # Storm, churn and drain: everything the clients cost the server.
+        result["server_cpu_with_clients_s"] = round(procs_of.cpu() - cpu0, 2)
+        result.update(snapshot_sizes(daemon, args.syncer))
         result["delay"] = percentiles(delays)
-        result["expected_deliveries"] = cluster.writes * args.clients
         result["server_cpu_total_s"] = round(procs_of.cpu(), 2)
         result["server_peak_rss_mib"] = round(procs_of.peak_rss(), 1)
         result["server_processes"] = len(procs_of.pids())
@@ -335,6 +387,9 @@ def main() -> None:
     p.add_argument("--syncer", default="felix")
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--drain", type=float, default=DRAIN_S,
+                   help="after the churn, wait up to this long for the clients to receive "
+                   "every update")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--wake-interval", type=float, default=0.0,
                    help="CacheWakeIntervalSecs for the server (0: wake clients per update)")

@@ -1,8 +1,9 @@
 """N concurrent grpcio (asyncio) clients of typha.v1.Sync, for bench/fanout.py.
 
-Prints JSON lines on stdout: {"event": "in_sync", ...} once every client is in sync, and
-{"event": "done", ...} with the delay statistics when stdin closes.  Each client has its own
-TCP connection (a local subchannel pool), as each calico-node has its own.
+Prints JSON lines on stdout: {"event": "in_sync", ...} once every client is in sync,
+{"event": "count", ...} for each line read from stdin, and {"event": "done", ...} with the
+delay statistics when stdin closes.  Each client has its own TCP connection (a local
+subchannel pool), as each calico-node has its own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import time
 
 import grpc
-from _common import churn_delays
+from _common import churn_delays, count_line
 
 from trio_typha.protocols.grpc import typha_pb2 as pb
 
@@ -89,7 +90,9 @@ async def main() -> None:
                       "stuck": [{"keys": c.keys, "last": c.last} for c in stuck][:5],
                       "errors": [c.error for c in clients if c.error][:5]}), flush=True)
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, sys.stdin.read)  # until the runner closes stdin
+    # A count line per line on stdin, until the runner closes it.
+    while await loop.run_in_executor(None, sys.stdin.readline):
+        count_line(sum(len(c.delays) for c in clients))
     stop.set()
     for t in tasks:
         t.cancel()

@@ -1,15 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sp "triotypha.test/gotools/syncproto"
@@ -53,11 +54,15 @@ type fleet struct {
 	errors  []string
 	updates int64
 	delays  []float64
+
+	stamped atomic.Int64 // churn-stamped updates received in sync so far, for count lines
 }
 
 // runFleet implements `gobtool fleet`: it prints {"event":"in_sync",...} once every
 // connection is in sync, keeps receiving until stdin reaches EOF, then closes every
-// connection and prints {"event":"done",...}.
+// connection and prints {"event":"done",...}.  Each line read from stdin meanwhile is
+// answered with {"event":"count","stamped":N}: the churn-stamped updates received so far
+// (the runner's accounting window).
 func runFleet(args []string) int {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	addr := fs.String("addr", "", "server address host:port")
@@ -93,7 +98,12 @@ func runFleet(args []string) int {
 		return 1
 	}
 
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	lines := bufio.NewScanner(os.Stdin)
+	for lines.Scan() {
+		if err := out.Encode(map[string]any{"event": "count", "stamped": f.stamped.Load()}); err != nil {
+			return 1
+		}
+	}
 	f.closeAll()
 	f.members.Wait()
 	done := map[string]any{"event": "done", "delays": f.delays, "updates": f.updates,
@@ -138,11 +148,13 @@ func (f *fleet) member(addr string, hello helloOptions, readTimeout time.Duratio
 					now := time.Now().UnixNano()
 					updates += int64(len(m.KVs))
 					if inSync {
+						n := len(delays)
 						for _, u := range m.KVs {
 							if ts, ok := churnStamp(u.Value); ok {
 								delays = append(delays, float64(now-ts)/1e9)
 							}
 						}
+						f.stamped.Add(int64(len(delays) - n))
 					}
 				case sp.MsgSyncStatus:
 					if m.SyncStatus == statusInSync && !inSync {

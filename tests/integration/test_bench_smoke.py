@@ -18,10 +18,14 @@ KEYS = {"delivered_fraction", "delay_p50_ms", "delay_p99_ms", "delay_max_ms", "s
         "cores_used", "peak_rss_mib", "in_sync_s"}
 
 
-def bench(*args: str) -> dict:
+def run_bench(*args: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "bench", *args, "--json"], cwd=ROOT,
                           check=True, stdout=subprocess.PIPE, text=True, timeout=120)
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench(*args: str) -> dict:
+    row = run_bench(*args)
     assert row.keys() >= KEYS
     return row
 
@@ -30,15 +34,45 @@ def bench(*args: str) -> dict:
 def test_storm(protocol: str) -> None:
     row = bench("storm", "--protocol", protocol, "--clients", "4", "--cluster", "tiny")
     assert row["clients"] == 4 and row["in_sync_s"] is not None and not row["client_errors"]
-    if protocol == "typha":  # the raw-blast baseline ran against the same clients
-        assert row["baseline_in_sync_s"] is not None and row["storm_ratio"] is not None
+    # The raw-blast baseline served the same clients their snapshot and in-sync marker.
+    assert row["raw_blast_clients_in_sync"] == 4 and not row["raw_blast_errors"]
+    assert row["raw_blast_s"] > 0 and row["ratio_to_raw_blast"] > 0
+    if protocol == "grpc":  # every grpcio client had the whole snapshot from it
+        assert row["raw_blast_keys_min"] > 0
 
 
-def test_steady() -> None:
-    row = bench("steady", "--clients", "3", "--cluster", "tiny", "--rate", "20",
-                "--seconds", "1")
+@pytest.mark.parametrize("protocol", ["typha", "grpc"])
+def test_steady(protocol: str) -> None:
+    row = bench("steady", "--protocol", protocol, "--clients", "3", "--cluster", "tiny",
+                "--rate", "20", "--seconds", "1")
     assert row["writes"] > 0 and row["delivered_fraction"] == 1.0
     assert row["delay_p99_ms"] is not None and row["cores_used"] is not None
+    # Counted by the clients over the churn window and after it, with both CPU figures.
+    assert 0 < row["delivered_at_churn_end"] <= row["delivered_1s_after"] <= 1.0
+    assert row["drain_s"] is not None and row["fleet_cpu_s"] is not None
+    assert row["cpu_us_per_delivery"] > 0 and row["cpu_us_per_delivery_whole_run"] > 0
+    assert row["sessions_behind_at_churn_end"] is not None
+    assert row["server_send_queue_bytes"] >= 0 and row["client_recv_queue_bytes"] >= 0
+
+
+def test_balance() -> None:
+    """Both the real ServerWorkers and the SCM_RIGHTS prototype served every client, and
+    the kill-and-reconnect round brought the count back."""
+    result = run_bench("balance", "--clients", "8", "--cluster", "tiny",
+                       "--workers-list", "2")
+    (real,) = result["real_server"]
+    assert real["workers"] == 2 and not real["errors"]
+    assert sum(real["initial"]["per_process"]) == 8
+    assert sum(real["after_reconnect"]["per_process"]) == 8
+    modes = {p["mode"]: p for p in result["prototype"]}
+    assert modes.keys() == {"reuseport", "scm_rights"}
+    for proto in modes.values():
+        assert not proto["errors"] and proto["accepts_per_s"] > 0
+        assert sum(proto["initial"]["per_process"]) == 8
+        assert sum(proto["after_reconnect"]["per_process"]) == 8
+    # Least-connections passing is exact: 8 clients over 2 workers is 4 and 4.
+    assert modes["scm_rights"]["initial"]["per_process"] == [4, 4]
+    assert modes["scm_rights"]["primary_cpu_us_per_accept"] is not None
 
 
 def test_memory() -> None:
