@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import trio
 
+from trio_typha.cache.core import Breadcrumb
 from trio_typha.client.grpc import apply_event, sync
 from trio_typha.client.typha import TyphaClient
 from trio_typha.client.view import SyncView
@@ -21,6 +22,8 @@ from trio_typha.config import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
+from trio_typha.protocols.gob import encode_once as gob_encodings
+from trio_typha.server.worker_wire import ENCODINGS
 
 SETTLE = 30  # bound for every wait below (polls: the workers are other processes)
 
@@ -68,6 +71,54 @@ async def get(port: int, path: str) -> httpx.Response:
         return await http.get(f"http://127.0.0.1:{port}{path}")
 
 
+class Recorded(trio.abc.Stream):
+    """A client's TCP stream that keeps every byte the server sent."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.received = bytearray()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        data = await self.stream.receive_some(max_bytes)
+        self.received += data
+        return data
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def recording(port: int, into: list[Recorded]) -> Any:
+    async def open_stream() -> trio.abc.Stream:
+        stream = Recorded(await trio.open_tcp_stream("127.0.0.1", port))
+        into.append(stream)
+        return stream
+    return open_stream
+
+
+def encodings_built(metrics: str) -> dict[str, float]:
+    out = {}
+    for line in metrics.splitlines():
+        if line.startswith("typha_breadcrumb_encodings_built{"):
+            name, _, value = line.rpartition(" ")
+            out[name.split('encoding="')[1].split('"')[0]] = float(value)
+    return out
+
+
+def chain(start: Breadcrumb) -> list[Breadcrumb]:
+    out = []
+    crumb = start
+    while crumb.next is not None:
+        crumb = crumb.next
+        out.append(crumb)
+    return out
+
+
 async def start(nursery: trio.Nursery, workers: int) -> tuple[Daemon, MemoryStore]:
     store = MemoryStore()
     store.put_all(generate("tiny"))
@@ -89,24 +140,29 @@ async def test_mixed_fleet_over_workers_gets_identical_kv_sets() -> None:
 async def mixed_fleet(nursery: trio.Nursery) -> Daemon:
     daemon, store = await start(nursery, 3)  # the primary and two workers
     port = daemon.ports["server"]
-    gob = [TyphaClient("127.0.0.1", port, hostname=f"gob-{i}", compression=i % 2 == 0)
+    streams: list[list[Recorded]] = [[] for _ in range(12)]
+    gob = [TyphaClient("127.0.0.1", port, hostname=f"gob-{i}", compression=i % 2 == 0,
+                       open_stream=recording(port, streams[i]))
            for i in range(12)]
+    felix = daemon.pipelines["felix"].feed
     views = [SyncView() for _ in range(6)]
     async with trio.open_nursery() as clients:
         for c in gob:
             clients.start_soon(follow_gob, c)
         for i, v in enumerate(views):
             clients.start_soon(follow_grpc, port, v, f"grpc-{i}")
-        for i in range(20):
-            store.put(policy(i % 5, 1000 + i))
-            await trio.sleep(0.01)
-        cache = daemon.pipelines["felix"].feed.cache
+        cache = felix.cache
 
         def converged() -> bool:
             want = cache.values_by_key()
             return (all(values(c.kvs) == want for c in gob)
                     and all(values(v.kvs) == want for v in views))
 
+        await poll(converged)  # every client has its snapshot: the writes come as deltas
+        before_writes = felix.latest
+        for i in range(20):
+            store.put(policy(i % 5, 1000 + i))
+            await trio.sleep(0.01)
         await poll(converged)
         # Spread over more than one process, and the primary counts all of them.
         await poll(lambda: sum(len(w.connections) for w in daemon.workers.workers) > 0)
@@ -124,11 +180,40 @@ async def mixed_fleet(nursery: trio.Nursery) -> Daemon:
                     break
                 await trio.sleep(0.2)
         assert (await get(daemon.ports["health"], "/readiness")).status_code == 200
+        await workers_send_the_primarys_encodings(daemon, doc, gob, streams,
+                                                  chain(before_writes))
         clients.cancel_scope.cancel()
     for c in gob:
         await c.aclose()
     daemon.shutdown()
     return daemon
+
+
+async def workers_send_the_primarys_encodings(
+        daemon: Daemon, doc: dict[str, Any], gob: list[TyphaClient],
+        streams: list[list[Recorded]], crumbs: list[Breadcrumb]) -> None:
+    """The workers build no delta encoding: they send the bytes the primary built (for
+    every enabled protocol, whether or not the primary has clients of it)."""
+    changes = [c for c in crumbs if c.updates]
+    assert len(changes) >= 10  # 20 writes (the pipeline may fold a few into one)
+    names = {e.name for e in ENCODINGS}
+    for w in daemon.workers.workers:
+        built = encodings_built((await get(w.metrics_port, "/metrics")).text)
+        assert built == dict.fromkeys(names, 0.0), f"worker {w.index} encoded {built}"
+    own = encodings_built((await get(daemon.ports["metrics"], "/metrics")).text)
+    assert set(own) == names and all(own[n] >= len(changes) for n in names), own
+    # Byte for byte: a worker's client got the primary's encodings of these breadcrumbs.
+    on_worker = {row["hostname"] for row in doc["connections"] if row.get("worker")}
+    checked = 0
+    for client, recorded in zip(gob, streams, strict=True):
+        if client.hostname not in on_worker:
+            continue
+        received = bytes(recorded[-1].received)
+        per_crumb = (gob_encodings.deltas_chunks if client.compression
+                     else gob_encodings.deltas)
+        assert all(per_crumb(c) in received for c in changes)
+        checked += 1
+    assert checked > 0
 
 
 async def test_killed_worker_is_restarted_and_its_clients_lose_nothing(nursery) -> None:

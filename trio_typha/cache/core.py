@@ -14,12 +14,19 @@ lets every client that connects at the same point share the same bytes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..model.kv import SerializedUpdate, SyncStatus
 
 T = TypeVar("T")
+
+
+#: Encodings built through :meth:`Breadcrumb.memo` in this process, by memo key: what
+#: "encode once" costs here (a ServerWorkers worker builds none of the per-breadcrumb
+#: encodings the primary ships; ``/metrics`` shows them).
+MEMO_BUILDS: Counter[Any] = Counter()
 
 
 class SnapshotUnavailable(RuntimeError):
@@ -68,6 +75,7 @@ class Breadcrumb:
             return value
         except KeyError:
             value = self._memo[key] = build(self)
+            MEMO_BUILDS[key] += 1
             return value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -96,6 +97,15 @@ class Metrics:
         self.next_breadcrumb_latency_secs = QuantileSummary(
             "typha_next_breadcrumb_latency_secs", "Time to retrieve next breadcrumb when "
             "batching.", ["syncer"], registry=r)
+        self.encodings_built = Gauge(
+            "typha_breadcrumb_encodings_built", "Breadcrumb delta encodings this process has "
+            "built, by encoding (each is built once per breadcrumb; ServerWorkers workers "
+            "send the primary's and build none).", ["encoding"], registry=r)
+        from ..cache.core import MEMO_BUILDS
+        from ..server.worker_wire import ENCODINGS
+        for e in ENCODINGS:
+            self.encodings_built.labels(encoding=e.name).set_function(
+                partial(MEMO_BUILDS.__getitem__, e.memo_key))
         self.ping_latency = QuantileSummary(
             "typha_ping_latency", "Round-trip ping latency to client.", ["syncer"], registry=r)
         self.kvs_per_msg = QuantileSummary(

@@ -50,6 +50,7 @@ class Encoding:
     """One per-breadcrumb encoding the primary ships: its memo key and how it is built."""
 
     id: int
+    name: str  # for metrics
     memo_key: tuple[str, ...]
     build: Callable[[Breadcrumb], bytes]
     protocol: str  # "typha" or "grpc" (ServerProtocols)
@@ -58,9 +59,9 @@ class Encoding:
 #: Every breadcrumb encoding a worker's sessions use (snapshots are built by the worker,
 #: once per worker, from its own cache; status and ping messages are constants).
 ENCODINGS: tuple[Encoding, ...] = (
-    Encoding(1, gob.DELTAS_KEY, gob.deltas, "typha"),
-    Encoding(2, gob.DELTAS_CHUNKS_KEY, gob.deltas_chunks, "typha"),
-    Encoding(3, grpc.UPDATE_KEY, grpc.update_message, "grpc"),
+    Encoding(1, "gob", gob.DELTAS_KEY, gob.deltas, "typha"),
+    Encoding(2, "gob-snappy", gob.DELTAS_CHUNKS_KEY, gob.deltas_chunks, "typha"),
+    Encoding(3, "grpc", grpc.UPDATE_KEY, grpc.update_message, "grpc"),
 )
 _BY_ID = {e.id: e for e in ENCODINGS}
 
