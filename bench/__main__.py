@@ -3,7 +3,7 @@
     python -m bench SCENARIO [--protocol typha|grpc] [--clients N] [--rate WRITES_PER_S]
                              [--seconds S] [--cluster small|medium|large]
                              [--datastore memory|etcdv3] [--workers N] [--drain S]
-                             [--workers-list 2,4] [--json]
+                             [--workers-list 2,4] [--tls] [--json]
 
 Scenarios (one configuration per run: peak RSS is a process's, so each run is fresh):
 
@@ -30,7 +30,8 @@ memory datastore the churn generator writes into the memory store from this proc
 ``--datastore etcdv3`` starts a real etcd, loads the cluster as Calico v3 resources
 (``bench/etcd_cluster.py``) and churns it from a separate process.  Clients run in separate
 processes: Go's encoding/gob (``gobtool fleet``) for typha, grpcio
-for grpc.  A table goes to stdout; with ``--json`` the last line is one JSON object with at
+for grpc; ``--tls`` makes it mutual TLS (trustme certificates; no raw-blast baseline then).
+A table goes to stdout; with ``--json`` the last line is one JSON object with at
 least delivered_fraction, delay_p50_ms, delay_p99_ms, delay_max_ms, server_cpu_s,
 cores_used, peak_rss_mib and in_sync_s.
 """
@@ -84,6 +85,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "scenario": result["scenario"], "protocol": result.get("protocol"),
+        "tls": result.get("tls"),
         "clients": result.get("clients"), "cluster": result.get("cluster"),
         "rate": result.get("rate"), "writes": result.get("churn_writes"),
         "delivered_fraction": (round(delay.get("n", 0) / expected, 4) if expected else None),
@@ -124,6 +126,7 @@ def fanout_args(args: argparse.Namespace) -> argparse.Namespace:
         procs=min(2, max(args.clients, 1)), cluster=args.cluster, syncer="felix",
         rate=args.rate, seconds=args.seconds, port=0, wake_interval=0.0,
         datastore=args.datastore, workers=args.workers,
+        tls=fanout.BenchPKI() if args.tls else None,
         snapshot_reuse=1.0, drain=args.drain, gobtool=fanout.build_gobtool() if impl == "go" else None)
 
 
@@ -213,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--drain", type=float, default=fanout.DRAIN_S,
                    help="steady: after the churn, wait up to this long for the clients to "
                    "receive every update (delivered_fraction counts what came by then)")
+    p.add_argument("--tls", action="store_true",
+                   help="mutual TLS (trustme certificates) between server and clients")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
@@ -239,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
         fa = fanout_args(args)
         result = trio.run(fanout.run, fa)
         result["scenario"] = args.scenario
-        if args.scenario == "storm" and args.clients:
+        if args.scenario == "storm" and args.clients and not args.tls:
+            # (the raw-blast baselines speak plain TCP only)
             result.update(trio.run(baseline, args, fa))
             if result["raw_blast_s"]:
                 result["ratio_to_raw_blast"] = round(

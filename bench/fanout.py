@@ -10,6 +10,7 @@ from the datastore write (which stamps the pod with the wall clock) to client re
 Typha-protocol clients are Go by default (``gobtool fleet`` from tests/gotools: encoding/gob
 and snappy in goroutines, the shape of calico-node's client); ``--client-impl python`` runs
 trio_typha's own client instead (bench/typha_clients.py).  gRPC clients are grpcio.
+``--tls`` serves mutual TLS (trustme certificates) to the Go or grpcio clients.
 """
 
 from __future__ import annotations
@@ -54,19 +55,56 @@ def build_gobtool() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+class BenchPKI:
+    """``--tls``: a CA, a server and a client certificate (trustme) in a temporary
+    directory; the server requires the client's (mutual TLS, ClientCN), as Typha does."""
+
+    SERVER_NAME = "typha-server"
+    CLIENT_CN = "typha-client"
+
+    def __init__(self) -> None:
+        import tempfile
+
+        import trustme
+        self.dir = tempfile.mkdtemp(prefix="bench-tls-")
+        ca = trustme.CA()
+        server = ca.issue_cert(self.SERVER_NAME)
+        client = ca.issue_cert(self.CLIENT_CN, common_name=self.CLIENT_CN)
+        blobs = {"ca": ca.cert_pem, "server_cert": server.cert_chain_pems[0],
+                 "server_key": server.private_key_pem,
+                 "client_cert": client.cert_chain_pems[0],
+                 "client_key": client.private_key_pem}
+        self.paths = {name: os.path.join(self.dir, f"{name}.pem") for name in blobs}
+        for name, blob in blobs.items():
+            blob.write_to_path(self.paths[name])
+
+    def server_overrides(self) -> dict[str, str]:
+        p = self.paths
+        return {"ServerCertFile": p["server_cert"], "ServerKeyFile": p["server_key"],
+                "CAFile": p["ca"], "ClientCN": self.CLIENT_CN}
+
+    def client_flags(self, dash: str) -> list[str]:
+        p = self.paths
+        return [f"{dash}ca", p["ca"], f"{dash}cert", p["client_cert"], f"{dash}key",
+                p["client_key"], f"{dash}server-name", self.SERVER_NAME]
+
+
 def client_command(protocol: str, impl: str, port: int, n: int, syncer: str,
-                   gobtool: str | None = None) -> list[str]:
+                   gobtool: str | None = None, tls: BenchPKI | None = None) -> list[str]:
     """One client process's command line; every kind prints the same JSON lines."""
+    if tls is not None and impl not in ("go", "grpcio"):
+        raise ValueError("--tls needs the go (typha) or grpcio (grpc) clients")
     if protocol == "grpc" and impl == "h2":
         return [sys.executable, os.path.join(HERE, "h2_clients.py"),
                 "--port", str(port), "--n", str(n), "--syncer", syncer]
     if protocol == "grpc":
         return [sys.executable, os.path.join(HERE, "grpc_clients.py"),
-                "--target", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer]
+                "--target", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer,
+                *(tls.client_flags("--") if tls else [])]
     if impl == "go":
         assert gobtool is not None
         return [gobtool, "fleet", "-addr", f"127.0.0.1:{port}", "-n", str(n),
-                "-syncer", syncer]
+                "-syncer", syncer, *(tls.client_flags("-") if tls else [])]
     return [sys.executable, os.path.join(HERE, "typha_clients.py"),
             "--port", str(port), "--n", str(n), "--syncer", syncer]
 
@@ -289,10 +327,12 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         "SnapshotReuseAgeSecs": str(args.snapshot_reuse),
         "CacheWakeIntervalSecs": str(args.wake_interval),
         "ServerPingIntervalSecs": "10",
-        "ServerWorkers": str(getattr(args, "workers", 1))})
+        "ServerWorkers": str(getattr(args, "workers", 1)),
+        **(args.tls.server_overrides() if getattr(args, "tls", None) else {})})
     result: dict = {"bench": "fanout", "wake_interval": args.wake_interval,
                     "protocol": args.protocol, "datastore": cluster.overrides["DatastoreType"],
                     "client_impl": args.client_impl, "clients": args.clients,
+                    "tls": bool(getattr(args, "tls", None)),
                     "cluster": args.cluster, "objects": cluster.objects, "rate": args.rate,
                     "churn_seconds": args.seconds, "store_load_s": round(load_s, 2)}
     async with trio.open_nursery() as nursery:
@@ -310,7 +350,8 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         per_proc = [args.clients // args.procs + (i < args.clients % args.procs)
                     for i in range(args.procs)]
         fleet = ClientFleet([client_command(args.protocol, args.client_impl, port, n,
-                                            args.syncer, args.gobtool)
+                                            args.syncer, args.gobtool,
+                                            getattr(args, "tls", None))
                              for n in per_proc if n])
         t_start = trio.current_time()
         in_sync = await fleet.in_sync()
@@ -396,6 +437,8 @@ def main() -> None:
     p.add_argument("--snapshot-reuse", type=float, default=1.0,
                    help="SnapshotReuseAgeSecs for the server")
     p.add_argument("--log-level", default="WARNING", help="server log level (to stderr)")
+    p.add_argument("--tls", action="store_true",
+                   help="mutual TLS with trustme certificates (go and grpcio clients)")
     args = p.parse_args()
     from trio_typha.logs import setup_logging
     setup_logging(args.log_level)
@@ -407,6 +450,9 @@ def main() -> None:
         args.client_impl = args.client_impl or "go"
         if args.client_impl not in ("go", "python"):
             p.error("typha-protocol clients are go or python")
+    if args.tls and args.client_impl not in ("go", "grpcio"):
+        p.error("--tls needs the go (typha) or grpcio (grpc) clients")
+    args.tls = BenchPKI() if args.tls else None
     args.gobtool = build_gobtool() if args.client_impl == "go" else None
     report(trio.run(run, args))
 

@@ -21,8 +21,10 @@ from trio_typha.protocols.grpc import typha_pb2 as pb
 
 
 class Client:
-    def __init__(self, target: str, syncer: str) -> None:
+    def __init__(self, target: str, syncer: str,
+                 tls: tuple[grpc.ChannelCredentials, str] | None = None) -> None:
         self.target = target
+        self.tls = tls
         self.syncer = syncer
         self.in_sync = asyncio.Event()
         self.delays: list[float] = []
@@ -34,7 +36,14 @@ class Client:
     async def run(self, stop: asyncio.Event) -> None:
         opts = [("grpc.use_local_subchannel_pool", 1),
                 ("grpc.max_receive_message_length", 64 << 20)]
-        async with grpc.aio.insecure_channel(self.target, options=opts) as channel:
+        if self.tls is not None:
+            creds, server_name = self.tls
+            channel = grpc.aio.secure_channel(
+                self.target, creds, options=[*opts, ("grpc.ssl_target_name_override",
+                                                     server_name)])
+        else:
+            channel = grpc.aio.insecure_channel(self.target, options=opts)
+        async with channel:
             method = channel.stream_stream(
                 "/typha.v1.Sync/Sync", request_serializer=pb.SyncRequest.SerializeToString,
                 response_deserializer=pb.SyncResponse.FromString)
@@ -76,9 +85,20 @@ async def main() -> None:
     p.add_argument("--syncer", default="felix")
     p.add_argument("--sync-timeout", type=float, default=180.0,
                    help="give up waiting for stragglers after this long (they are reported)")
+    p.add_argument("--ca", help="CA file: mutual TLS (with --cert, --key, --server-name)")
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--server-name", default="")
     args = p.parse_args()
     stop = asyncio.Event()
-    clients = [Client(args.target, args.syncer) for _ in range(args.n)]
+    tls = None
+    if args.ca:
+        def read(path: str) -> bytes:
+            with open(path, "rb") as fh:
+                return fh.read()
+        tls = (grpc.ssl_channel_credentials(read(args.ca), read(args.key), read(args.cert)),
+               args.server_name)
+    clients = [Client(args.target, args.syncer, tls) for _ in range(args.n)]
     t0 = time.monotonic()
     tasks = [asyncio.create_task(c.run(stop)) for c in clients]
     waits = [asyncio.create_task(c.in_sync.wait()) for c in clients]

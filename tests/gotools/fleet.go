@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -71,11 +72,17 @@ func runFleet(args []string) int {
 	legacy := fs.Bool("legacy", false, "announce no decoder restart / compression")
 	hostname := fs.String("hostname", "gobtool-fleet", "hostname prefix (a -<index> is added)")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "per-read deadline (Felix's)")
+	tlsOpts := addTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	tlsConfig, err := tlsOpts.config()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gobtool fleet:", err)
+		return 2
+	}
 	if *addr == "" || *n < 1 {
-		fmt.Fprintln(os.Stderr, "usage: gobtool fleet -addr HOST:PORT -n N [-syncer S] [-legacy]")
+		fmt.Fprintln(os.Stderr, "usage: gobtool fleet -addr HOST:PORT -n N [-syncer S] [-legacy] [-ca F [-cert F -key F] [-server-name N]]")
 		return 2
 	}
 	out := json.NewEncoder(os.Stdout)
@@ -86,7 +93,7 @@ func runFleet(args []string) int {
 	for i := 0; i < *n; i++ {
 		hello := helloOptions{Syncer: *syncer, Hostname: fmt.Sprintf("%s-%d", *hostname, i),
 			Legacy: *legacy, ConnID: 0x4242000000000000 + uint64(i) + 1}
-		go f.member(*addr, hello, *readTimeout)
+		go f.member(*addr, tlsConfig, hello, *readTimeout)
 	}
 
 	f.synced.Wait()
@@ -124,7 +131,8 @@ func firstErrors(errs []string) []string {
 // member runs one connection.  It keeps no KV map (a fleet of thousands would hold
 // thousands of copies of the cluster): it counts updates and, once in sync, notes the
 // churn delay of each update that carries a churn stamp.
-func (f *fleet) member(addr string, hello helloOptions, readTimeout time.Duration) {
+func (f *fleet) member(addr string, tlsConfig *tls.Config, hello helloOptions,
+	readTimeout time.Duration) {
 	defer f.members.Done()
 	inSync := false
 	markSynced := func() {
@@ -139,7 +147,7 @@ func (f *fleet) member(addr string, hello helloOptions, readTimeout time.Duratio
 	var updates int64
 	delays := []float64{}
 
-	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	conn, err := dial(addr, tlsConfig, 10*time.Second)
 	if err == nil {
 		if f.track(conn) {
 			err = session(conn, hello, readTimeout, func(msg any) (bool, error) {

@@ -75,6 +75,14 @@ def test_balance() -> None:
     assert modes["scm_rights"]["primary_cpu_us_per_accept"] is not None
 
 
+@pytest.mark.parametrize("protocol", ["typha", "grpc"])
+def test_steady_over_mutual_tls(protocol: str) -> None:
+    row = bench("steady", "--protocol", protocol, "--tls", "--clients", "3", "--cluster",
+                "tiny", "--rate", "20", "--seconds", "1")
+    assert row["tls"] is True and row["writes"] > 0 and row["delivered_fraction"] == 1.0
+    assert not row["client_errors"]
+
+
 def test_memory() -> None:
     row = bench("memory", "--clients", "2", "--cluster", "tiny")
     assert row["peak_rss_mib"] > 0 and row["rss_with_clients_mib"] > 0

@@ -498,3 +498,63 @@ async def test_go_fleet_against_the_daemon(gobtool: Path) -> None:
     assert in_sync["seconds"] > 0
     assert done["event"] == "done" and done["errors"] == [] and done["delays"] == []
     assert keys > 0 and done["updates"] >= 5 * keys
+
+
+async def test_go_fleet_over_mtls_gets_every_churned_update(
+        gobtool: Path, tmp_path: Path) -> None:
+    """Go's crypto/tls clients (the fleet with -ca/-cert/-key) against the daemon's mutual
+    TLS: in sync, then every churned pod reaches every member through the TLS broadcast."""
+    import trustme
+
+    from trio_typha.config import load_config
+    from trio_typha.daemon import Daemon
+    from trio_typha.datastore.churn import Churn
+    from trio_typha.datastore.memory import MemoryStore
+    from trio_typha.datastore.synthetic import generate
+
+    ca = trustme.CA()
+    files = {"ca": ca.cert_pem}
+    server = ca.issue_cert("typha-server")
+    client = ca.issue_cert("typha-client", common_name="typha-client")
+    files |= {"server_cert": server.cert_chain_pems[0], "server_key": server.private_key_pem,
+              "client_cert": client.cert_chain_pems[0], "client_key": client.private_key_pem}
+    paths = {name: str(tmp_path / f"{name}.pem") for name in files}
+    for name, blob in files.items():
+        blob.write_to_path(paths[name])
+    store = MemoryStore()
+    store.put_all(generate("tiny"))
+    cfg = load_config({}, config_file=None, overrides={
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
+        "ServerCertFile": paths["server_cert"], "ServerKeyFile": paths["server_key"],
+        "CAFile": paths["ca"], "ClientCN": "typha-client"})
+    members = 4
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        with trio.fail_after(10):
+            await daemon.wait_in_sync()
+        cmd = [str(gobtool), "fleet", "-addr", f"127.0.0.1:{daemon.ports['server']}",
+               "-n", str(members), "-ca", paths["ca"], "-cert", paths["client_cert"],
+               "-key", paths["client_key"], "-server-name", "typha-server"]
+        buf = bytearray()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as fleet:
+                proc = await fleet.start(functools.partial(
+                    trio.run_process, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    check=False))
+                in_sync = await read_json_line(proc.stdout, buf)
+                assert len(daemon.ctx.sessions) == members
+                assert all(s.tls_identity == "CN=typha-client"
+                           for s in daemon.ctx.registry)
+                churn = Churn(store, 50, policy_fraction=0.0)
+                with trio.move_on_after(1):
+                    await churn.run()
+                feed = daemon.pipelines["felix"].feed
+                while len(feed.broadcast) < members:  # noqa: ASYNC110 (the last round)
+                    await trio.sleep(0.05)
+                await trio.sleep(0.5)
+                await proc.stdin.aclose()
+                done = await read_json_line(proc.stdout, buf)
+        daemon.shutdown()
+    assert proc.returncode == 0
+    assert in_sync["errors"] == [] and done["errors"] == []
+    assert churn.writes > 0 and len(done["delays"]) == members * churn.writes
