@@ -219,7 +219,8 @@ class Slice(GoType):
         if v is None:
             out.append("null")
             return
-        if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Sequence):
+        if type(v) is not list and (isinstance(v, (str, bytes, Mapping))
+                                    or not isinstance(v, Sequence)):
             raise GoJSONError(f"expected a list for {self.name}, got {v!r}")
         out.append("[")
         for i, item in enumerate(v):
@@ -244,7 +245,7 @@ class Map(GoType):
         if v is None:
             out.append("null")
             return
-        if not isinstance(v, Mapping):
+        if type(v) is not dict and not isinstance(v, Mapping):
             raise GoJSONError(f"expected an object for {self.name}, got {v!r}")
         out.append("{")
         for i, k in enumerate(sorted(v, key=_key_order)):
@@ -267,10 +268,11 @@ def _key_order(k: Any) -> bytes:
 
 
 class Field:
-    __slots__ = ("name", "type", "omitempty")
+    __slots__ = ("name", "type", "omitempty", "key")
 
     def __init__(self, name: str, type_: GoType, omitempty: bool = False) -> None:
         self.name, self.type, self.omitempty = name, type_, omitempty
+        self.key = go_string(name) + ":"  # its text in a struct, written once
 
 
 class Struct(GoType):
@@ -286,20 +288,17 @@ class Struct(GoType):
     def encode(self, v: Any, out: list[str]) -> None:
         if v is None:
             v = {}
-        if not isinstance(v, Mapping):
+        if type(v) is not dict and not isinstance(v, Mapping):
             raise GoJSONError(f"expected an object for {self.name}, got {v!r}")
         out.append("{")
-        first = True
+        sep = ""
+        get = v.get
         for f in self.fields:
-            val = v.get(f.name)
+            val = get(f.name)
             if f.omitempty and f.type.is_empty(val):
                 continue
-            if first:
-                first = False
-            else:
-                out.append(",")
-            out.append(go_string(f.name))
-            out.append(":")
+            out.append(sep + f.key)
+            sep = ","
             f.type.encode(val if val is not None else f.type.zero(), out)
         out.append("}")
 

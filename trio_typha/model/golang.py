@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+import socket
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -159,6 +160,18 @@ def format_rfc3339_utc(t: datetime) -> str:
 
 _V4_MAPPED_PREFIX = b"\x00" * 10 + b"\xff\xff"
 
+# A dotted quad exactly as ipaddress.IPv4Address (and Go) accept it: four decimal octets,
+# no leading zeros, ASCII digits only.  Matching text is safe for inet_aton, which is C.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+
+
+def _v4_packed(s: str) -> bytes:
+    """``ipaddress.IPv4Address(s).packed`` (ValueError if invalid), fast for valid text."""
+    if _DOTTED_QUAD.fullmatch(s):
+        return socket.inet_aton(s)
+    return ipaddress.IPv4Address(s).packed
+
 
 def parse_ip(s: str) -> bytes | None:
     """``net.ParseIP``: 4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for IPv6; None if
@@ -169,7 +182,7 @@ def parse_ip(s: str) -> bytes | None:
         if ":" in s:
             b = ipaddress.IPv6Address(s).packed
             return b[12:] if b[:12] == _V4_MAPPED_PREFIX else b
-        return ipaddress.IPv4Address(s).packed
+        return _v4_packed(s)
     except ValueError:
         return None
 
@@ -185,7 +198,7 @@ def format_ip(b: bytes) -> str:
     if len(b) == 16 and b[:12] == _V4_MAPPED_PREFIX:
         b = b[12:]
     if len(b) == 4:
-        return ".".join(str(x) for x in b)
+        return socket.inet_ntoa(b)
     return ipaddress.IPv6Address(b).compressed
 
 
@@ -238,14 +251,14 @@ def parse_cidr(s: str) -> IPNet | None:
             ip = ipaddress.IPv6Address(addr).packed
             bits = 128
         else:
-            ip = ipaddress.IPv4Address(addr).packed
+            ip = _v4_packed(addr)
             bits = 32
     except ValueError:
         return None
     n = int(mask)
     if n > bits:
         return None
-    net = IPNet(ip, n).network()
+    net = IPNet(ip, n) if n == bits else IPNet(ip, n).network()
     if bits == 128 and net.ip[:12] == _V4_MAPPED_PREFIX:
         # Go views a (masked) v4-mapped network as IPv4 with the last 32 mask bits.
         net = IPNet(net.ip[12:], n - 96)

@@ -50,3 +50,38 @@ def test_where_go_and_the_standard_library_differ() -> None:
     # A single zero group is not shortened; of two equal runs the first one is.
     assert format_ip(bytes.fromhex("20010db8000000010001000100010001")) == "2001:db8:0:1:1:1:1:1"
     assert format_ip(bytes.fromhex("20010000000000010000000000010001")) == "2001::1:0:0:1:1"
+
+
+def _stdlib_parse_v4(s: str) -> bytes | None:
+    try:
+        return ipaddress.IPv4Address(s).packed
+    except ValueError:
+        return None
+
+
+def test_the_dotted_quad_fast_path_accepts_exactly_what_ipaddress_accepts() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trio_typha.model.golang import parse_cidr
+
+    octet = st.one_of(st.integers(0, 300).map(str), st.text("0123456789", max_size=4),
+                      st.text("0123456789\u0661\u00b2 +-x", max_size=3))
+    texts = st.one_of(st.lists(octet, min_size=1, max_size=6).map(".".join),
+                      st.text("0123456789.\n", max_size=16))
+
+    @settings(max_examples=3000, deadline=None)
+    @given(texts, st.integers(0, 40))
+    def check(s: str, mask: int) -> None:
+        want = _stdlib_parse_v4(s) if s and "%" not in s else None
+        assert parse_ip(s) == want
+        net = parse_cidr(f"{s}/{mask}")
+        if want is None or mask > 32:
+            assert net is None
+        else:
+            assert net is not None and net.prefix == mask
+            n = int.from_bytes(want, "big") >> (32 - mask) << (32 - mask) if mask else 0
+            assert net.ip == n.to_bytes(4, "big")
+            assert format_ip(net.ip) == str(ipaddress.IPv4Address(net.ip))
+
+    check()
