@@ -202,7 +202,7 @@ def str_or_empty(value: Any) -> str:
 
 def mapping(value: Any) -> Mapping[str, Any]:
     """A Go struct/map field read from decoded JSON: absent/``null`` is empty."""
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def sorted_map(m: Mapping[str, str]) -> dict[str, str]:

@@ -21,16 +21,18 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import enum
 import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import selectors
 from .gojson import Custom, Field, GoJSONError, Map, Ptr, RawJSON, Slice, Struct
 from .golang import ip_version, parse_cidr, parse_cidr_or_ip, parse_duration, parse_ip, parse_mac
 from .goschema import ROOTS, VALIDATE_TAGS
+from .goschema import T as GO_TYPES
 from .gotypes import PORT, PROTOCOL, Port, Uint8OrString, protocol_supports_ports
 from .jsonload import loads
 from .kv import SerializedUpdate
@@ -524,38 +526,58 @@ class _Validator:
         go-playground, slice and map elements are only visited under a ``dive`` tag."""
         if v is None:
             return
-        if isinstance(t, Ptr):
-            self.check(t.elem, v)
-        elif isinstance(t, Struct):
-            self._struct(t, v)
-        elif t is PORT:
+        info = _info(t)
+        if info.shape is _Shape.STRUCT:
+            self._struct(info.base, v)
+        elif info.shape is _Shape.PORT:
             _port(v)
-        elif t is PROTOCOL:
+        elif info.shape is _Shape.PROTOCOL:
             _protocol(Uint8OrString.parse(v), self.protocol_names)
 
     def _struct(self, t: Struct, v: Mapping[str, Any]) -> None:
+        if type(v) is dict and t in _LEAVES:
+            # Small flat structs (ports, NATs) repeat across thousands of values: their
+            # verdict depends only on the field values, their types and the validator.
+            items = tuple(v.items())
+            if all(type(x) in _MEMO_SCALARS for _, x in items):
+                key = (id(self), t, tuple((k, type(x), x) for k, x in items))
+                verdict = _VERDICTS.get(key, _UNKNOWN)
+                if verdict is _UNKNOWN:
+                    try:
+                        self._struct_walk(t, v)
+                    except _Invalid as exc:
+                        verdict = str(exc)
+                    else:
+                        verdict = None
+                    if len(_VERDICTS) >= _VERDICTS_MAX:
+                        _VERDICTS.clear()
+                    _VERDICTS[key] = verdict
+                if verdict is not None:
+                    raise _Invalid(verdict)
+                return
+        self._struct_walk(t, v)
+
+    def _struct_walk(self, t: Struct, v: Mapping[str, Any]) -> None:
         if t.fields:
             get = v.get  # a value that is not an object fails here, whatever its fields
             for f, tags in _plan(t):
                 value = get(f.name)
                 if tags is not None:
-                    self._tags(f, tags, value)
+                    self._tags(f.name, f.type, tags, value)
                 else:
                     self.check(f.type, value)
         fn = self.structs.get(t.name)
         if fn is not None:
             fn(v)
 
-    def _tags(self, f: Field, tags: list[str], value: Any) -> None:
-        t = f.type
-        while isinstance(t, Ptr):
-            t = t.elem
-        if isinstance(t, (Struct, Custom, RawJSON)):
+    def _tags(self, name: str, t: Any, tags: list[str], value: Any) -> None:
+        info = _info(t)
+        if info.struct_kind:
             # go-playground runs no tags on a struct-kind field (all our marshalers are
             # structs in Go); it validates the struct itself.
             if value is None and "omitempty" not in tags and "required" in tags:
-                _fail(f"{f.name} is required")
-            self.check(f.type, value)
+                _fail(f"{name} is required")
+            self.check(t, value)
             return
         for i, tag in enumerate(tags):
             if tag == "omitempty":
@@ -563,33 +585,79 @@ class _Validator:
                     return
             elif tag == "required":
                 if _is_zero(value):
-                    _fail(f"{f.name} is required")
+                    _fail(f"{name} is required")
             elif tag == "dive":
                 rest = tags[i + 1:]
-                items = value.values() if isinstance(value, Mapping) else value or []
-                elem = t.elem if isinstance(t, (Slice, Map)) else t
+                items = (value.values() if type(value) is dict or isinstance(value, Mapping)
+                         else value or [])
+                elem = info.elem
                 for item in items:
                     if rest:
-                        self._tags(Field(f.name, elem), rest, item)
+                        self._tags(name, elem, rest, item)
                     else:
                         self.check(elem, item)
                 return
             elif tag == "unique":
                 items = list(value or [])
                 if len({json.dumps(x, sort_keys=True) for x in items}) != len(items):
-                    _fail(f"{f.name} has duplicates")
+                    _fail(f"{name} has duplicates")
             elif "=" in tag and tag.split("=", 1)[0] in _COMPARE:
                 op, arg = tag.split("=", 1)
                 if value is not None and not _COMPARE[op](_size(value), float(arg)):
-                    _fail(f"{f.name} fails {tag}")
+                    _fail(f"{name} fails {tag}")
             elif tag.startswith("oneof="):
                 if str(value) not in tag[len("oneof="):].split():
-                    _fail(f"{f.name} is not one of {tag[6:]}")
+                    _fail(f"{name} is not one of {tag[6:]}")
             else:
                 fn = self.fields.get(tag)
                 if fn is not None and not fn(value):
-                    _fail(f"{f.name} fails {tag}: {value!r}")
-        self.check(f.type, value)
+                    _fail(f"{name} fails {tag}: {value!r}")
+        self.check(t, value)
+
+
+# The verdicts of flat structs (None: valid, else the failure), by validator, struct type
+# and field values; cleared when full.  Floats are left out: -0.0 == 0.0 but their repr,
+# which a failure message may quote, differs.
+_MEMO_SCALARS = frozenset({str, int, bool, type(None)})
+_VERDICTS: dict[tuple[Any, ...], str | None] = {}
+_VERDICTS_MAX = 4096
+_UNKNOWN = object()
+
+
+class _Shape(enum.Enum):
+    """What :meth:`_Validator.check` does with a Go type (pointers unwrapped)."""
+
+    STRUCT = "struct"
+    PORT = "port"
+    PROTOCOL = "protocol"
+    NOTHING = "nothing"
+
+
+class _TypeInfo(NamedTuple):
+    shape: _Shape
+    base: Any  # the type without its pointers
+    struct_kind: bool  # go-playground runs no tags on it (our marshalers are Go structs)
+    elem: Any  # what ``dive`` visits: a slice's or map's element type, else ``base``
+
+
+_INFO: dict[Any, _TypeInfo] = {}
+
+
+def _info(t: Any) -> _TypeInfo:
+    """What the validator needs of the Go type ``t``, worked out once per type object (the
+    gojson types derive from ``abc.ABC``, whose isinstance checks were a tenth of the
+    validation time)."""
+    info = _INFO.get(t)
+    if info is None:
+        base = t
+        while isinstance(base, Ptr):
+            base = base.elem
+        shape = (_Shape.STRUCT if isinstance(base, Struct) else _Shape.PORT if base is PORT
+                 else _Shape.PROTOCOL if base is PROTOCOL else _Shape.NOTHING)
+        info = _INFO[t] = _TypeInfo(
+            shape, base, isinstance(base, (Struct, Custom, RawJSON)),
+            base.elem if isinstance(base, (Slice, Map)) else base)
+    return info
 
 
 _Plan = list[tuple[Field, "list[str] | None"]]
@@ -615,10 +683,15 @@ def _plan(t: Struct) -> _Plan:
     return plan
 
 
+def _flat(t: Struct) -> bool:
+    """Every field of ``t`` is a scalar or a string-like marshaler (no struct, slice, map
+    or pointer): ``t``'s validation depends on its field values only."""
+    return bool(t.fields) and all(
+        not isinstance(f.type, (Struct, Slice, Map, Ptr, RawJSON)) for f in t.fields)
+
+
 def _visited(t: Any) -> bool:
-    while isinstance(t, Ptr):
-        t = t.elem
-    return isinstance(t, Struct) or t is PORT or t is PROTOCOL
+    return _info(t).shape is not _Shape.NOTHING
 
 
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -721,3 +794,6 @@ def validate_updates(updates: list[SerializedUpdate]) -> list[SerializedUpdate]:
                 u = dataclasses.replace(u, value=None, v3_resource_version="")
         out.append(u)
     return out
+
+
+_LEAVES = frozenset(t for t in GO_TYPES.values() if _flat(t))

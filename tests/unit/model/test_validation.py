@@ -55,3 +55,32 @@ def test_unvalidated_values() -> None:
                        ("/calico/v1/host/n/config/X", b""),
                        ("/calico/v1/policy/profile/p/labels", b'{"bad key!":"v"}')):
         assert validation_error(key, value) is None
+
+
+def test_flat_struct_verdicts_are_remembered_exactly(monkeypatch) -> None:
+    """The memo of flat-struct verdicts (ports, NATs) gives what the walk gives, per value
+    and type: ``True`` and ``1`` or ``"1"`` never share a verdict."""
+    import json as _json
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trio_typha.model import validation as V
+
+    key = "/calico/v1/host/n/workload/k8s/ns%2fpod/endpoint/eth0"
+    scalar = st.one_of(st.none(), st.booleans(), st.integers(-2, 70000),
+                       st.sampled_from(["", "http", "tcp", "udp", "TCP", "sctp", "x y", "1"]))
+    port = st.fixed_dictionaries({}, optional={"name": scalar, "protocol": scalar,
+                                               "port": scalar})
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.lists(port, min_size=1, max_size=3))
+    def check(ports: list[dict]) -> None:
+        value = _json.dumps({"name": "cali1", "ports": ports}).encode()
+        remembered = [V.validation_error(key, value) for _ in range(2)]
+        with monkeypatch.context() as m:
+            m.setattr(V, "_LEAVES", frozenset())
+            walked = V.validation_error(key, value)
+        assert remembered == [walked, walked]
+
+    check()
