@@ -447,7 +447,8 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(partial(
                     trio.serve_listeners,
-                    partial(serve_worker_feed, self.ctx.feeds, encodings),
+                    partial(serve_worker_feed, self.ctx.feeds, encodings,
+                            self.settings.write_timeout),
                     [trio.SocketListener(sock)]))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])

@@ -28,11 +28,13 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
 import trio
 
+from ..cache.build import THREAD_BUILD_SIZE
 from ..cache.feed import CacheFeed
 from ..model.kv import SyncStatus
 from . import worker_wire as wire
@@ -311,28 +313,39 @@ class WorkerPool:
 
 
 async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
-                            encodings: tuple[wire.Encoding, ...],
+                            encodings: tuple[wire.Encoding, ...], write_timeout: float,
                             stream: trio.abc.Stream) -> None:
     """The primary's side of one worker connection: a snapshot, then every breadcrumb.
 
     Each breadcrumb's record (its updates and its encodings for the enabled protocols) is
     built once however many workers there are; several published since the last write
-    go in one write, each still its own record.
+    go in one write, each still its own record.  A worker that takes no bytes for
+    ``write_timeout`` (ServerWriteTimeoutSecs) is cut off: it exits and is started again,
+    rather than holding the chain of breadcrumbs behind it in the primary's memory.
     """
     decoder = wire.Decoder(max_record=4096)
-    hello: wire.Record | None = None
+    hello: wire.Record | str | None = None
     with trio.move_on_after(HELLO_TIMEOUT):
-        while hello is None and (data := await stream.receive_some(4096)):
-            decoder.feed(data)
-            hello = next(iter(decoder), None)
+        try:
+            while hello is None and (data := await stream.receive_some(4096)):
+                decoder.feed(data)
+                hello = next(iter(decoder), None)
+        except (wire.WireError, trio.BrokenResourceError) as exc:
+            hello = str(exc)
     if not isinstance(hello, wire.Hello) or hello.syncer_type not in feeds:
-        log.error("Worker feed: no valid hello (%r); closing", hello)
-        await stream.aclose()
+        log.error("Worker feed: no valid hello (%s); closing", hello)
+        await trio.aclose_forcefully(stream)
         return
     feed = feeds[hello.syncer_type]
     crumb = feed.snapshot_point()
+    snapshot = crumb.snapshot()
+    encode = partial(wire.encode_snapshot, crumb.status, 0.0, snapshot)
     try:
-        await stream.send_all(wire.encode_snapshot(crumb.status, 0.0, crumb.snapshot()))
+        # A large snapshot is encoded off the event loop (as the clients' snapshots are).
+        data = (await trio.to_thread.run_sync(encode) if len(snapshot) >= THREAD_BUILD_SIZE
+                else encode())
+        with trio.fail_after(write_timeout):
+            await stream.send_all(data)
         while True:
             crumb = await feed.wait_published(crumb)
             now = trio.current_time()
@@ -340,11 +353,15 @@ async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
             while crumb.next is not None:
                 crumb = crumb.next
                 records.append(wire.encode_crumb(crumb, now - crumb.origin, encodings))
-            await stream.send_all(b"".join(records))
+            with trio.fail_after(write_timeout):
+                await stream.send_all(b"".join(records))
+    except trio.TooSlowError:
+        log.error("Worker feed for %s: the worker took nothing for %.0fs; cutting it off",
+                  hello.syncer_type, write_timeout)
     except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         log.info("Worker feed for %s ended: %s", hello.syncer_type, exc)
     finally:
-        await stream.aclose()
+        await trio.aclose_forcefully(stream)
 
 
 def aggregate_exposition(own: str, others: list[str]) -> str:
