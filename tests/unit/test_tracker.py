@@ -111,3 +111,21 @@ def test_every_model_error_is_a_value_error() -> None:
                 found.append(cls)
                 assert issubclass(cls, ValueError), cls
     assert len(found) >= 5
+
+
+def test_one_key_many_keys_and_back_keep_types_and_deletion_order() -> None:
+    """The tracker keeps one key as itself and several as a tuple (no values: the cache has
+    them); going between the two forms, and past the set threshold, loses nothing and
+    deletes in the order the keys were produced."""
+    t = SourceTracker(DEF)
+    many = {f"k{i:02d}": "1" for i in range(12)}
+    steps = [({"a": "1"}, [("/k/a", UpdateType.NEW)]),
+             ({"a": "2", "b": "1"}, [("/k/a", UpdateType.UPDATED), ("/k/b", UpdateType.NEW)]),
+             ({"b": "2"}, [("/k/b", UpdateType.UPDATED), ("/k/a", UpdateType.DELETED)]),
+             (many, [(f"/k/{k}", UpdateType.NEW) for k in many] + [("/k/b", UpdateType.DELETED)]),
+             ({"k05": "2"}, [("/k/k05", UpdateType.UPDATED)]
+              + [(f"/k/{k}", UpdateType.DELETED) for k in many if k != "k05"]),
+             (None, [("/k/k05", UpdateType.DELETED)])]
+    for rev, (keys, want) in enumerate(steps, 1):
+        assert [(u.key, u.update_type) for u in t.apply(ev(keys, str(rev)))] == want
+    assert len(t) == 0

@@ -19,6 +19,9 @@ from ..model.syncers import ConvertedKV, SyncerDefinition
 log = logging.getLogger(__name__)
 
 SourceKey = tuple[ResourceKind, str, str]  # kind, namespace, name
+#: The keys one source object produced: the key itself when it is one (most objects: a pod
+#: gives one endpoint), else a tuple.  Values are not kept: the cache has them.
+DerivedKeys = str | tuple[str, ...]
 
 
 def _as_listed(kind: ResourceKind, key: str, v3_resource_version: str) -> str:
@@ -30,7 +33,7 @@ class SourceTracker:
 
     def __init__(self, definition: SyncerDefinition) -> None:
         self.definition = definition
-        self._derived: dict[SourceKey, dict[str, ConvertedKV]] = {}
+        self._derived: dict[SourceKey, DerivedKeys] = {}
         self.conversion_errors = 0
 
     def __len__(self) -> int:
@@ -45,7 +48,10 @@ class SourceTracker:
 
     def apply(self, event: ResourceEvent) -> list[SerializedUpdate]:
         source: SourceKey = (event.kind, event.namespace, event.name)
-        old = self._derived.get(source, {})
+        held = self._derived.get(source, ())
+        old = (held,) if isinstance(held, str) else held
+        # Deletions go out in the order the keys were produced; membership by set when many.
+        was = set(old) if len(old) > 8 else old
         new: dict[str, ConvertedKV] = {}
         if event.obj is not None:
             try:
@@ -70,7 +76,7 @@ class SourceTracker:
         updates = [
             SerializedUpdate(key, kv.value, revision,
                              v3rv(event.kind, key, kv.v3_resource_version),
-                             update_type=UpdateType.UPDATED if key in old else UpdateType.NEW)
+                             update_type=UpdateType.UPDATED if key in was else UpdateType.NEW)
             for key, kv in new.items()
         ]
         # Deletions carry no revision: Calico's watcher cache sends a deleted key alone.
@@ -78,8 +84,10 @@ class SourceTracker:
             SerializedUpdate(key, None, "", update_type=UpdateType.DELETED)
             for key in old if key not in new
         )
-        if new:
-            self._derived[source] = new
+        if len(new) == 1:
+            self._derived[source] = next(iter(new))
+        elif new:
+            self._derived[source] = tuple(new)
         else:
             self._derived.pop(source, None)
         return updates
