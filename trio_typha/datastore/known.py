@@ -7,7 +7,7 @@ that list through :meth:`KnownObjects.relist` yields only the objects that are n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..model.kinds import ResourceKind
@@ -55,15 +55,19 @@ class KnownObjects:
         ``revision`` goes on the deletions the list implies; Calico's watcher cache sends
         those with an empty revision, so callers pass ``""``.
         """
-        events: list[ResourceEvent] = []
+        return list(self.reconcile(items, revision))
+
+    def reconcile(self, items: Iterable[tuple[str, str, Mapping[str, Any], str]],
+                  revision: str) -> Iterator[ResourceEvent]:
+        """:meth:`relist`, one event at a time (the deletions once ``items`` is exhausted),
+        so a caller can hand each on before the next object is even looked at."""
         seen: set[ObjectKey] = set()
         for namespace, name, obj, rev in items:
             seen.add((namespace, name))
             ev = self.upsert(namespace, name, obj, rev)
             if ev is not None:
-                events.append(ev)
+                yield ev
         for key in [k for k in self._revisions if k not in seen]:
             ev = self.delete(key[0], key[1], revision)
             if ev is not None:
-                events.append(ev)
-        return events
+                yield ev
