@@ -104,3 +104,13 @@ def test_startup_on_etcd_is_a_clear_error() -> None:
     done = subprocess.run([sys.executable, "-m", "bench", "startup", "--datastore", "etcdv3"],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "--datastore etcdv3" in done.stderr
+
+
+def test_worker_feed_micro_benchmark() -> None:
+    """bench/worker_feed.py: a worker's CPU per breadcrumb, records vs re-encoding."""
+    done = subprocess.run([sys.executable, "bench/worker_feed.py", "--cluster", "tiny",
+                           "--writes", "20", "--rounds", "1", "--json"], cwd=ROOT,
+                          check=True, stdout=subprocess.PIPE, text=True, timeout=120)
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["breadcrumbs"] > 0 and row["updates"] >= row["breadcrumbs"]
+    assert len(row["prefilled_us_per_breadcrumb"]) == 2 and row["ratio_best"] > 0
