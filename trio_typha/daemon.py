@@ -166,6 +166,7 @@ class Daemon:
         self.ports: dict[str, int] = {}
         self._shutdown = trio.Event()
         self.governor: Governor | None = None
+        self._primary_limit: int | None = None  # a worker's share, from the primary
         self.rebalancer: RebalancePoller | None = None
         self._rebalance_api: KubeApi | None = None
         self._owns_rebalance_api = False
@@ -199,6 +200,12 @@ class Daemon:
     def _watch_states(self, prefix: str = "") -> list[WatchState]:
         board: WatchBoard | None = getattr(self.datastore, "watches", None)
         return [] if board is None else list(board.states(prefix))
+
+    def _limit_from_primary(self, connections: int) -> None:
+        """A worker: the primary says how many connections this worker may hold."""
+        self._primary_limit = connections
+        if self.governor is not None:
+            self.governor.set_limit(connections)
 
     @property
     def listening(self) -> bool:
@@ -260,6 +267,7 @@ class Daemon:
                 pipeline: SyncerPipeline | ReplicaPipeline
                 if self.upstream is not None:
                     pipeline = ReplicaPipeline(syncer_type, feed, self.upstream)
+                    pipeline.on_limit = self._limit_from_primary
                 else:
                     definition = syncer_definition(
                         syncer_type, **self._definition_args,
@@ -271,10 +279,13 @@ class Daemon:
                 self.health.register(f"{syncer_type}-cache", partial(self._cache_report, pipeline),
                                      timeout=REPORT_TIMEOUT, heartbeat=heartbeat)
                 await nursery.start(pipeline.run)
+            # With ServerWorkers each process holds its share of the replica's limit; a
+            # worker's share comes from the primary (rebalancing runs there).
             self.governor = Governor(
-                self.connections, limit=cfg.effective("MaxConnectionsUpperLimit"),
+                self.connections,
+                limit=self._primary_limit or cfg.effective("MaxConnectionsUpperLimit"),
                 interval=cfg.effective("ConnectionDropIntervalSecs"),
-                on_drop=self.metrics.connections_dropped.inc)
+                on_drop=self.metrics.connections_dropped.inc, processes=self.server_workers)
             # Typha: the governor loop refreshes SyncServer's liveness (20 s timeout).
             self.health.register("SyncServer", self._server_report,
                                  timeout=max(REPORT_TIMEOUT, 2 * self.governor.interval),
@@ -448,12 +459,17 @@ class Daemon:
                 nursery.start_soon(partial(
                     trio.serve_listeners,
                     partial(serve_worker_feed, self.ctx.feeds, encodings,
-                            self.settings.write_timeout),
+                            self.settings.write_timeout, self._worker_share),
                     [trio.SocketListener(sock)]))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])
                 await nursery.start(self.workers.run)
                 task_status.started()
+
+    def _worker_share(self) -> int:
+        """What each worker may hold of the replica's connection limit (the governor's)."""
+        assert self.governor is not None
+        return self.governor.share
 
     async def _live_feed(self, ws: Any) -> None:
         """``/feed`` on the health port: this replica's numbers once a second."""

@@ -202,6 +202,9 @@ async def workers_send_the_primarys_encodings(
         assert built == dict.fromkeys(names, 0.0), f"worker {w.index} encoded {built}"
     own = encodings_built((await get(daemon.ports["metrics"], "/metrics")).text)
     assert set(own) == names and all(own[n] >= len(changes) for n in names), own
+    # Each process holds its share of the replica's connection limit (10000 over 3).
+    for w in daemon.workers.workers:
+        assert (await get(w.health_port, "/connections")).json()["connection_limit"] == 3334
     # Byte for byte: a worker's client got the primary's encodings of these breadcrumbs.
     on_worker = {row["hostname"] for row in doc["connections"] if row.get("worker")}
     checked = 0

@@ -50,3 +50,30 @@ async def test_governor_drops_one_per_interval_until_under_limit(autojump_clock)
         gaps = [b - a for a, b in zip(dropped, dropped[1:], strict=False)]
         assert all(1.0 <= g <= 1.1 for g in gaps)
         nursery.cancel_scope.cancel()
+
+
+async def test_with_workers_each_process_holds_its_share_of_the_limit(autojump_clock) -> None:
+    """ServerWorkers: the replica's limit (rebalanced or configured) is split over its
+    processes; the primary holds its share and hands the workers theirs."""
+    registry = ConnectionRegistry()
+    registry.listening = True
+
+    async def connection(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with registry.track("peer"):
+            task_status.started()
+            await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(6):
+            await nursery.start(connection)
+        gov = Governor(registry, limit=10, interval=1.0, processes=3)
+        assert gov.share == 4  # ceil(10 / 3)
+        await nursery.start(gov.run)
+        await trio.sleep(10)
+        assert len(registry) == 4
+        gov.set_limit(2)  # rebalancing lowered the replica's limit
+        assert gov.share == 1
+        await trio.sleep(10)
+        assert len(registry) == 1
+        nursery.cancel_scope.cancel()
+    assert Governor(registry, limit=0, interval=1.0, processes=8).share == 1

@@ -17,14 +17,20 @@ def upd(key: str, value: bytes | None) -> SerializedUpdate:
     return SerializedUpdate(key, value, revision="1")
 
 
-async def read_records(stream: trio.abc.Stream, decoder: wire.Decoder, n: int
-                       ) -> list[wire.Record]:
+async def read_records(stream: trio.abc.Stream, decoder: wire.Decoder, n: int,
+                       limits: list[int] | None = None) -> list[wire.Record]:
+    """The next ``n`` records that are not Limit (those go to ``limits``)."""
     out: list[wire.Record] = []
     while len(out) < n:
         data = await stream.receive_some(1 << 16)
         assert data, "the feed ended early"
         decoder.feed(data)
-        out.extend(decoder)
+        for record in decoder:
+            if isinstance(record, wire.Limit):
+                assert limits is not None, record
+                limits.append(record.connections)
+            else:
+                out.append(record)
     return out
 
 
@@ -36,7 +42,9 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
     encodings = wire.encodings_for("all")
     mirror = CacheFeed("felix", max_batch_size=2)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_worker_feed, {"felix": primary}, encodings, 120.0, server)
+        share = [250]
+        nursery.start_soon(serve_worker_feed, {"felix": primary}, encodings, 120.0,
+                           lambda: share[0], server)
         await worker.send_all(wire.encode_hello("felix"))
         decoder = wire.Decoder()
         (snapshot,) = await read_records(worker, decoder, 1)
@@ -45,7 +53,8 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
         mirror.append(snapshot.updates, snapshot.status)
         published = primary.apply([upd("/a", b"1"), upd("/c", b"3"), upd("/b", None)])
         # The no-op on /a was dropped by the primary; what is published is mirrored as is.
-        records = await read_records(worker, decoder, len(published))
+        limits: list[int] = []
+        records = await read_records(worker, decoder, len(published), limits)
         for record, crumb in zip(records, published, strict=True):
             assert isinstance(record, wire.Crumb)
             assert (record.seq, record.updates) == (crumb.seq, crumb.updates)
@@ -53,6 +62,13 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
             for e in encodings:
                 assert mine.memo(e.memo_key, lambda _: b"not the primary's") == e.build(crumb)
         assert mirror.cache.values_by_key() == primary.cache.values_by_key()
+        # The worker's share of the connection limit: sent at once, and again on a change.
+        assert limits == [250]
+        share[0] = 40
+        await trio.sleep(2)
+        primary.apply([upd("/d", b"4")])
+        await read_records(worker, decoder, 1, limits)
+        assert limits == [250, 40]
         nursery.cancel_scope.cancel()
 
 
@@ -66,7 +82,7 @@ async def test_a_worker_that_reads_nothing_is_cut_off_after_the_write_timeout(
         with trio.fail_after(200):
             start = trio.current_time()
             await serve_worker_feed({"felix": primary}, wire.encodings_for("all"), 60.0,
-                                    server)
+                                    lambda: 1, server)
         assert 60.0 <= trio.current_time() - start < 61.0
         nursery.cancel_scope.cancel()
 
@@ -77,5 +93,5 @@ async def test_a_peer_that_is_no_worker_is_closed(autojump_clock) -> None:
         server, worker = trio.testing.memory_stream_pair()
         await worker.send_all(hello)
         with trio.fail_after(30):
-            await serve_worker_feed({"felix": primary}, (), 60.0, server)
+            await serve_worker_feed({"felix": primary}, (), 60.0, lambda: 1, server)
         assert await worker.receive_some(100) == b""

@@ -40,15 +40,18 @@ def max_conn_limit(*, num_typhas: int | None, num_nodes: int | None, syncer_type
 
 
 class Governor:
-    """Drops one connection per interval while the registry is over ``limit``.
+    """Drops one connection per interval while the registry is over its share of ``limit``.
 
-    ``limit`` may be changed while it runs (Kubernetes rebalancing recomputes it).
+    ``limit`` is the replica's (Typha's MaxConnections) and may be changed while it runs
+    (Kubernetes rebalancing recomputes it).  With ServerWorkers the replica is ``processes``
+    processes, each holding at most its :attr:`share` of it.
     """
 
     def __init__(self, connections: ConnectionRegistry, *, limit: int, interval: float,
-                 on_drop: Callable[[], None] | None = None) -> None:
+                 on_drop: Callable[[], None] | None = None, processes: int = 1) -> None:
         self.connections = connections
         self.limit = limit
+        self.processes = processes
         self.interval = interval
         self.on_drop = on_drop
         #: Beaten every tick: the SyncServer liveness reporter, as Typha's governor loop.
@@ -60,6 +63,11 @@ class Governor:
                      self.limit, limit, self.connections.load)
             self.limit = limit
 
+    @property
+    def share(self) -> int:
+        """Connections this process may hold: its part of the replica's limit."""
+        return max(1, -(-self.limit // self.processes))
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         task_status.started()
@@ -67,7 +75,7 @@ class Governor:
             self.heartbeat.beat()
             await trio.sleep(self.interval * (1 + random.random() * 0.1))
             # Once the server drains, the drain decides who goes.
-            if self.connections.listening and self.connections.load > self.limit and self.connections.shed_one(
+            if self.connections.listening and self.connections.load > self.share and self.connections.shed_one(
                     "re-balance load with other Typha instances") is not None \
                     and self.on_drop is not None:
                 self.on_drop()

@@ -26,7 +26,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -47,6 +47,8 @@ RESTART_DELAY = 1.0
 POLL_INTERVAL = 1.0
 #: How long the primary waits for a worker connection's hello.
 HELLO_TIMEOUT = 10.0
+#: How often the primary's feed looks for a new connection limit to hand its workers.
+LIMIT_CHECK_INTERVAL = 1.0
 
 
 async def open_reuse_port_listener(host: str | None, port: int) -> trio.SocketListener:
@@ -78,6 +80,8 @@ class ReplicaPipeline:
         self.failing: dict[Any, str] = {}
         self.pending_events = 0
         self.channel_size = 0
+        #: Called with this worker's share of the replica's connection limit.
+        self.on_limit: Callable[[int], None] | None = None
 
     @property
     def ready(self) -> bool:
@@ -119,6 +123,9 @@ class ReplicaPipeline:
                         raise wire.WireError(f"breadcrumb {record.seq} after {seq}")
                     seq = record.seq
                     feed.append(record.updates, record.status, now - record.age, record.memo)
+                elif isinstance(record, wire.Limit):
+                    if self.on_limit is not None:
+                        self.on_limit(record.connections)
                 elif isinstance(record, wire.Snapshot) and not started:
                     feed.append(record.updates, record.status, now - record.age)
                     started = True
@@ -314,7 +321,7 @@ class WorkerPool:
 
 async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
                             encodings: tuple[wire.Encoding, ...], write_timeout: float,
-                            stream: trio.abc.Stream) -> None:
+                            share: Callable[[], int], stream: trio.abc.Stream) -> None:
     """The primary's side of one worker connection: a snapshot, then every breadcrumb.
 
     Each breadcrumb's record (its updates and its encodings for the enabled protocols) is
@@ -322,6 +329,7 @@ async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
     go in one write, each still its own record.  A worker that takes no bytes for
     ``write_timeout`` (ServerWriteTimeoutSecs) is cut off: it exits and is started again,
     rather than holding the chain of breadcrumbs behind it in the primary's memory.
+    ``share()`` is the worker's share of the connection limit, sent whenever it changes.
     """
     decoder = wire.Decoder(max_record=4096)
     hello: wire.Record | str | None = None
@@ -346,15 +354,21 @@ async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
                 else encode())
         with trio.fail_after(write_timeout):
             await stream.send_all(data)
+        sent_limit: int | None = None
         while True:
-            crumb = await feed.wait_published(crumb)
+            with trio.move_on_after(LIMIT_CHECK_INTERVAL):
+                await feed.wait_published(crumb)
+            records = []
+            if (limit := share()) != sent_limit:
+                records.append(wire.encode_limit(limit))
+                sent_limit = limit
             now = trio.current_time()
-            records = [wire.encode_crumb(crumb, now - crumb.origin, encodings)]
             while crumb.next is not None:
                 crumb = crumb.next
                 records.append(wire.encode_crumb(crumb, now - crumb.origin, encodings))
-            with trio.fail_after(write_timeout):
-                await stream.send_all(b"".join(records))
+            if records:
+                with trio.fail_after(write_timeout):
+                    await stream.send_all(b"".join(records))
     except trio.TooSlowError:
         log.error("Worker feed for %s: the worker took nothing for %.0fs; cutting it off",
                   hello.syncer_type, write_timeout)
