@@ -7,13 +7,15 @@ differences), the resourceVersion to resume a watch from, and whether the kind h
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from ..model.kinds import ResourceKind
 from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .k8s_stream import MalformedResponse, StatusInfo, WatchEvent
 from .known import KnownObjects
+
+_Obj = TypeVar("_Obj", bound=Mapping[str, Any])
 
 
 class WatchErrorEvent(Exception):
@@ -38,11 +40,29 @@ class KindReflector:
 
     def listed(self, items: Iterable[Mapping[str, Any]], list_rv: str) -> list[DatastoreEvent]:
         """A complete list arrived: the differences from what was sent, then KindSynced once."""
-        rows = [(*self._identify(obj), self.complete(obj)) for obj in items]
-        events: list[DatastoreEvent] = list(self.known.relist(
-            ((ns, name, obj, rev) for ns, name, rev, obj in rows), ""))
+        return list(self.take_listed(list(items), list_rv))
+
+    def take_listed(self, items: list[_Obj], list_rv: str
+                    ) -> Iterator[DatastoreEvent]:
+        """:meth:`listed`, one event at a time, emptying ``items`` as it goes: each object
+        is referenced only by its event once it is reached, so a 100k-pod list is freed
+        while it is converted rather than after.  Every object is checked first
+        (:class:`MalformedResponse` before any event, as from :meth:`listed`)."""
+        ids = [self._identify(obj) for obj in items]
         self.resume_rv = list_rv or None
-        return events + self._mark_synced()
+        items.reverse()
+        ids.reverse()
+
+        def rows() -> Iterator[tuple[str, str, Mapping[str, Any], str]]:
+            while items:
+                ns, name, rev = ids.pop()
+                yield ns, name, self.complete(items.pop()), rev
+
+        def events() -> Iterator[DatastoreEvent]:
+            yield from self.known.reconcile(rows(), "")
+            yield from self._mark_synced()
+
+        return events()
 
     def absent(self) -> list[DatastoreEvent]:
         """The kind is not served (its CRD is not installed): it is synced, and empty."""

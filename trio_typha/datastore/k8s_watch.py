@@ -101,7 +101,8 @@ class KindWatcher:
     async def _list(self) -> None:
         try:
             items, list_rv = await self._list_all()
-            events = self.reflector.listed(items, list_rv)
+            count = len(items)
+            events = self.reflector.take_listed(items, list_rv)
         except ApiError as exc:
             if exc.http_status == 404:
                 await self._not_served()
@@ -117,7 +118,7 @@ class KindWatcher:
         self._errors_at_rv = 0
         self.check.progressed(trio.current_time())
         if self._absent:
-            log.info("%s is served again; listed %d objects", self.kind, len(items))
+            log.info("%s is served again; listed %d objects", self.kind, count)
             self._absent = False
         await self._recovered()
         await self._emit(events)
