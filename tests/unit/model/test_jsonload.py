@@ -79,3 +79,12 @@ def test_inputs_orjson_alone_would_treat_differently(text: bytes) -> None:
 def test_bytearray_and_memoryview() -> None:
     assert loads(bytearray(b'{"a":[1]}')) == {"a": [1]}
     assert loads(memoryview(b'{"a":[1]}')) == {"a": [1]}
+
+
+def test_large_texts_decode_as_json_loads_does() -> None:
+    from trio_typha.model.jsonload import LARGE
+
+    doc = {"items": [{"metadata": {"name": f"p{i}", "uid": "x" * 20}} for i in range(30000)]}
+    text = json.dumps(doc).encode()
+    assert len(text) > LARGE
+    _same(text)
