@@ -129,3 +129,21 @@ def test_objects_without_identity_are_rejected_atomically() -> None:
 def test_choose_calico_group(configured: str | None, served: set[str] | None,
                              expected: str) -> None:
     assert choose_calico_group(configured, served) == expected
+
+
+def test_take_listed_hands_objects_on_one_by_one_and_lets_go_of_them() -> None:
+    r = KindReflector(K.POD)
+    items = [_pod("a", "5"), _pod("b", "6"), _pod("c", "7")]
+    events = r.take_listed(items, "9")
+    assert r.resume_rv == "9"
+    first = next(events)
+    assert _summary([first]) == [("set", "default", "a", "5")]
+    assert [i["metadata"]["name"] for i in items] == ["c", "b"]  # "a" is the event's alone
+    assert _summary(list(events)) == [("set", "default", "b", "6"), ("set", "default", "c", "7"),
+                                      ("synced",)]
+    assert items == []
+    # A bad object fails the whole list before any event, as listed() does.
+    bad = [_pod("a", "8"), {"metadata": {"resourceVersion": "3"}}]
+    with pytest.raises(MalformedResponse):
+        r.take_listed(bad, "10")
+    assert len(bad) == 2 and r.known.revision("default", "a") == "5"
