@@ -114,3 +114,12 @@ def test_worker_feed_micro_benchmark() -> None:
     row = json.loads(done.stdout.strip().splitlines()[-1])
     assert row["breadcrumbs"] > 0 and row["updates"] >= row["breadcrumbs"]
     assert len(row["prefilled_us_per_breadcrumb"]) == 2 and row["ratio_best"] > 0
+
+
+def test_worker_latency_benchmark() -> None:
+    """bench/worker_latency.py: publication-to-receipt delay, primary's clients vs workers'."""
+    done = subprocess.run([sys.executable, "bench/worker_latency.py", "--cluster", "tiny",
+                           "--rate", "20", "--seconds", "1", "--clients", "8", "--json"],
+                          cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True, timeout=120)
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["workers"] == 2 and row["on_primary"]["n"] + row["on_workers"]["n"] > 0
