@@ -9,7 +9,7 @@ report reachability so the pipeline can report sync status and readiness like Ty
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import trio
@@ -17,7 +17,8 @@ import trio
 from ..model.kinds import ResourceKind
 from .events import Connection, DatastoreEvent, KindSynced, ResourceEvent
 
-__all__ = ["Connection", "Datastore", "DatastoreEvent", "KindSynced", "ResourceEvent"]
+__all__ = ["Connection", "Datastore", "DatastoreEvent", "KindSynced", "ResourceEvent",
+           "hand_over"]
 
 
 class Datastore(Protocol):
@@ -36,3 +37,21 @@ class Datastore(Protocol):
         retried with backoff.
         """
         ...
+
+
+async def hand_over(send: trio.MemorySendChannel[DatastoreEvent],
+                    events: Iterable[DatastoreEvent]) -> None:
+    """Send ``events`` downstream, waiting only while the pipeline's channel is full.
+
+    Not one ``await send.send()`` per event: each is a scheduling point, and under fan-out
+    load one pass of the scheduler costs a broadcast round's worth of other tasks, so a
+    watcher that yields per event ingests a few dozen events a second whatever the
+    datastore's rate (measured: 1,000 clients, 200 writes/s).  Handing a burst over in one
+    go lets the pipeline take it as one batch, so the cache publishes it in one breadcrumb.
+    Callers reach a checkpoint anyway: their next read of the datastore.
+    """
+    for event in events:
+        try:
+            send.send_nowait(event)
+        except trio.WouldBlock:
+            await send.send(event)

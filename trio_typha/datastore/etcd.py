@@ -38,7 +38,7 @@ import trio
 from ..backoff import Backoff
 from ..model.kinds import ResourceKind
 from . import etcd_gateway as gw
-from .base import Connection, DatastoreEvent
+from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
 from .etcd_config import EtcdConfig, EtcdParams, etcd_config_from_params
 from .etcd_layout import kind_prefix, watch_span
@@ -211,8 +211,7 @@ class _Watcher:
                 if not page.more or not page.kvs:
                     break
                 start = gw.next_page_key(page.kvs[-1].key)
-            for ev in self.state.listed(kind, kvs, pinned):
-                await self.send.send(ev)
+            await hand_over(self.send, self.state.listed(kind, kvs, pinned))
         if pinned is None:  # unreachable: watch_span refused an empty kind list
             raise ValueError("no kinds to list")
         return pinned
@@ -316,8 +315,7 @@ class _Watcher:
                         return
                     raise gw.EtcdGatewayError(f"watch canceled: {msg.cancel_reason or 'no reason'}")
                 with delivering(self.check):
-                    for ev in self.state.watched(msg):
-                        await self.send.send(ev)
+                    await hand_over(self.send, self.state.watched(msg))
         raise gw.EtcdProtocolError("etcd ended the watch stream")
 
 

@@ -38,7 +38,7 @@ import trio
 
 from ..backoff import Backoff
 from ..model.kinds import ResourceKind
-from .base import Connection, DatastoreEvent
+from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
 from .k8s_api import ApiError, KubeApi
 from .k8s_reflector import KindReflector, WatchErrorEvent
@@ -280,8 +280,7 @@ class KindWatcher:
             await self._send.send(Connection(ok=True, kind=self.kind))
 
     async def _emit(self, events: Iterable[DatastoreEvent]) -> None:
-        for event in events:
-            await self._send.send(event)
+        await hand_over(self._send, events)
 
 
 def describe_failure(kind: ResourceKind, verb: str, exc: Exception) -> str:

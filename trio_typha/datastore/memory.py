@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from ..model.kinds import ResourceKind, kind_for
-from .base import DatastoreEvent, KindSynced
+from .base import DatastoreEvent, KindSynced, hand_over
 from .known import KnownObjects
 
 log = logging.getLogger(__name__)
@@ -181,15 +181,8 @@ class MemoryDatastore:
                 log.info("Memory datastore watcher fell behind the change log; relisting")
                 revision = await self._relist(known, send, first=False)
                 continue
-            for rev, kind, ns, name, blob in changes:
-                revision = rev
-                if kind not in wanted:
-                    continue
-                k = known[kind]
-                ev = (k.upsert(ns, name, _decode(blob), str(rev)) if blob is not None
-                      else k.delete(ns, name, str(rev)))
-                if ev is not None:
-                    await send.send(ev)
+            revision = changes[-1][0] if changes else revision
+            await hand_over(send, _changed(known, wanted, changes))
 
     async def _relist(self, known: Mapping[ResourceKind, KnownObjects],
                       send: trio.MemorySendChannel[DatastoreEvent], *, first: bool) -> int:
@@ -199,11 +192,23 @@ class MemoryDatastore:
         listed = {kind: self.store.stored(kind) for kind in known}
         for kind, entries in listed.items():
             # Each object is decoded as its event is sent, not all of them up front.
-            for ev in known[kind].reconcile(_decoded(known[kind], entries), ""):
-                await send.send(ev)
+            await hand_over(send, known[kind].reconcile(_decoded(known[kind], entries), ""))
             if first:
-                await send.send(KindSynced(kind))
+                await hand_over(send, (KindSynced(kind),))
         return revision
+
+
+def _changed(known: Mapping[ResourceKind, KnownObjects], wanted: set[ResourceKind],
+             changes: list[tuple[int, ResourceKind, str, str, bytes | None]]
+             ) -> Iterator[DatastoreEvent]:
+    """The events for ``changes`` (log entries) of the ``wanted`` kinds."""
+    for rev, kind, ns, name, blob in changes:
+        if kind in wanted:
+            k = known[kind]
+            ev = (k.upsert(ns, name, _decode(blob), str(rev)) if blob is not None
+                  else k.delete(ns, name, str(rev)))
+            if ev is not None:
+                yield ev
 
 
 def _decoded(known: KnownObjects, entries: list[tuple[str, str, str, bytes]]
