@@ -2,11 +2,12 @@
 
 The writer task here does what the gob shell does: joins when caught up, sleeps until the
 round hands the socket back or its ping is due, takes the socket back, finishes what is
-pending (slowly: a write takes ``write_time``), catches up, joins again.
+pending or owed (slowly: a write takes ``write_time``), catches up, joins again.
 """
 
 from __future__ import annotations
 
+import pytest
 import trio
 from test_fanout import BudgetSeat, encode
 
@@ -18,8 +19,8 @@ from trio_typha.model.kv import SerializedUpdate
 class TrioSeat(BudgetSeat):
     """test_fanout's byte-budget seat, with a writer task that waits in trio time."""
 
-    def __init__(self, budget: int | None = None) -> None:
-        super().__init__(budget)
+    def __init__(self, budget: int | None = None, *, tls: bool = False) -> None:
+        super().__init__(budget, tls=tls)
         self.handed_back = trio.Event()
         self.pings: list[float] = []
         self.wakeups = 0
@@ -44,8 +45,10 @@ class TrioSeat(BudgetSeat):
             feed.broadcast.reclaim(self)
             assert self.owner is Owner.WRITER and self.crumb is not None
             crumb = self.crumb
-            if self.pending:
+            if self.pending or self.owes():
                 await trio.sleep(write_time)
+                self.received += self.owed  # a TLS stream's carry goes out first
+                self.owed.clear()
                 self.received += bytes(self.pending)
                 self.pending = b""
             if trio.current_time() >= next_ping:
@@ -76,9 +79,11 @@ async def test_rounds_write_without_waking_and_pings_reclaim(autojump_clock) -> 
     assert sum(r.deliveries for r in rounds) > 90 * len(seats)
 
 
-async def test_full_socket_goes_to_the_writer_and_comes_back(autojump_clock) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+async def test_full_socket_goes_to_the_writer_and_comes_back(autojump_clock, tls: bool) -> None:
+    """With TLS the round's send takes the bytes but owes them: handed back just the same."""
     feed = CacheFeed("felix")
-    slow, fast = TrioSeat(budget=0), TrioSeat()
+    slow, fast = TrioSeat(budget=0, tls=tls), TrioSeat(tls=tls)
     async with trio.open_nursery() as nursery:
         await nursery.start(feed.run_broadcast)
         nursery.start_soon(slow.writer, feed, 1000.0, 0.5)
