@@ -58,6 +58,7 @@ class FaultProxy:
         #: blackhole every connection opened from now on too (a peer that accepts and is mute)
         self.blackhole_new = False
         self._pairs: set[_Pair] = set()
+        self._targets_changed = trio.Event()  # a connection sent a request
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -72,6 +73,15 @@ class FaultProxy:
             self._nursery = nursery
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started()
+
+    def count(self, watching: Callable[[bytes], bool] = lambda target: True) -> int:
+        """How many open connections' last request target satisfies ``watching``."""
+        return sum(1 for pair in self._pairs if watching(pair.target))
+
+    async def wait_for(self, watching: Callable[[bytes], bool], n: int) -> None:
+        """Until at least ``n`` open connections' last request satisfies ``watching``."""
+        while self.count(watching) < n:
+            await self._targets_changed.wait()
 
     def blackhole(self, watching: Callable[[bytes], bool] = lambda target: True) -> int:
         """Silence server → client on every open connection whose last request target
@@ -145,8 +155,7 @@ class FaultProxy:
                 pass
         await trio.aclose_forcefully(client)
 
-    @staticmethod
-    async def _pump(src: trio.SocketStream, dst: trio.SocketStream, pair: _Pair,
+    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, pair: _Pair,
                     downstream: bool) -> None:
         try:
             while True:
@@ -160,6 +169,8 @@ class FaultProxy:
                 if not downstream:
                     for match in _REQUEST_LINE.finditer(data):
                         pair.target = match.group(1)
+                        self._targets_changed.set()
+                        self._targets_changed = trio.Event()
                 await dst.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass

@@ -121,8 +121,11 @@ async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
         async with open_kubernetes_datastore(config, tuning=tuning) as ds, \
                 felix_daemon(ds) as (daemon, client):
             assert PROFILE_KEY.format("doomed") in client.kvs
+            kinds = len(daemon.pipelines["felix"].definition.kinds)
+            with trio.fail_after(HANG):  # in sync comes with the lists; watches follow
+                await proxy.wait_for(is_watch, kinds)
             watches = proxy.blackhole(is_watch)
-            assert watches == len(daemon.pipelines["felix"].definition.kinds)
+            assert watches == kinds
             started = time.monotonic()
             server.store.delete(K.NAMESPACE, "", "doomed")
             took = await deletion_arrives(client, PROFILE_KEY.format("doomed"), started)
