@@ -94,6 +94,18 @@ async def poll(predicate: Any) -> Any:
             await trio.sleep(0.2)
 
 
+async def settled(read: Any, interval: float) -> list[int]:
+    """Per-process counts once three reads ``interval`` apart agree (a client that failed
+    -- its error is reported -- leaves the total short, so no expected total is waited
+    for)."""
+    seen: list[list[int]] = []
+    with trio.fail_after(POLL_LIMIT_S):
+        while len(seen) < 3 or not seen[-1] == seen[-2] == seen[-3]:
+            seen.append(list(await read()))
+            await trio.sleep(interval)
+    return seen[-1]
+
+
 # --- (a) the real server -------------------------------------------------------------------
 
 async def real_server(workers: int, clients: int, cluster: str, gobtool: str
@@ -119,19 +131,21 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
         await poll(lambda: _true(pool is None or pool.ready))
         url = f"http://127.0.0.1:{daemon.ports['health']}/connections"
 
-        async def counts(expected: int) -> list[int] | None:
+        async def counts() -> list[int]:
             rows = (await http.get(url)).json()["connections"]
-            rows = [r for r in rows if r.get("syncer_type") == "felix"]
-            if len(rows) != expected:
-                return None
             by = [0] * workers  # index 0: the primary (rows without "worker")
             for r in rows:
-                by[r.get("worker", 0)] += 1
+                if r.get("syncer_type") == "felix":
+                    by[r.get("worker", 0)] += 1
             return by
+
+        # Workers' rows reach the primary once a second.
+        def settle() -> Any:
+            return settled(counts, 1.2)
 
         first = Fleet(gobtool, daemon.ports["server"], clients, "balance-a")
         out["errors"] = await first.in_sync()
-        before = await poll(lambda: counts(clients))
+        before = await settle()
         out["initial"] = spread(before)
         if pool is not None and workers > 1:
             # Kill the worker serving the most; its clients come back as a new fleet.
@@ -139,14 +153,13 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
             state = pool.workers[victim - 1]
             assert state.pid is not None
             os.kill(state.pid, signal.SIGKILL)
-            survivors = clients - before[victim]
-            await poll(lambda: counts(survivors))
+            await poll(lambda: _true(not state.running))
             # Reconnect once the pool has the worker back (the prototype does the same):
             # SO_REUSEPORT's best case.
             await poll(lambda: _true(pool.ready and pool.workers[victim - 1].running))
             second = Fleet(gobtool, daemon.ports["server"], before[victim], "balance-b")
             out["errors"] += await second.in_sync()
-            after = await poll(lambda: counts(clients))
+            after = await settle()
             out["killed_worker"] = victim
             out["reconnected"] = before[victim]
             out["after_reconnect"] = spread(after)
@@ -159,6 +172,12 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
 
 async def _true(value: bool) -> bool | None:
     return True if value else None
+
+
+def _now(values: list[int]) -> Any:
+    async def read() -> list[int]:
+        return list(values)
+    return read
 
 
 # --- (b) the prototype ---------------------------------------------------------------------
@@ -192,6 +211,7 @@ async def _worker(mode: str, control: socket.socket, port: int, blast: Any) -> N
 
     async with trio.open_nursery() as nursery:
         if mode == "reuseport":
+            nursery.start_soon(_exit_on_eof, ctl, nursery.cancel_scope)
             lsock = trio.socket.socket()
             lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             await lsock.bind(("127.0.0.1", port))
@@ -205,9 +225,12 @@ async def _worker(mode: str, control: socket.socket, port: int, blast: Any) -> N
             while True:
                 await trio.lowlevel.wait_readable(control)
                 try:
-                    _, fds, _, _ = socket.recv_fds(control, 16, 64)
+                    data, fds, _, _ = socket.recv_fds(control, 16, 64)
                 except BlockingIOError:
                     continue
+                if not data:  # the primary is gone
+                    nursery.cancel_scope.cancel()
+                    return
                 for fd in fds:
                     nursery.start_soon(serve_one, trio.socket.socket(fileno=fd))
 
@@ -231,6 +254,13 @@ async def compressed_snapshot(cluster: str) -> bytes:
         snapshot = daemon.pipelines["felix"].feed.snapshot_point().snapshot()
         daemon.shutdown()
     return encode_once.build_compressed_snapshot(snapshot)
+
+
+async def _exit_on_eof(ctl: trio.socket.SocketType, scope: trio.CancelScope) -> None:
+    """A worker ends with its primary (the control socket's EOF)."""
+    while await ctl.recv(1):
+        pass
+    scope.cancel()
 
 
 class Prototype:
@@ -358,15 +388,13 @@ async def prototype(mode: str, n: int, clients: int, snapshot_file: str, gobtool
             if mode == "scm_rights":  # this process only accepts and passes
                 out["primary_cpu_us_per_accept"] = round(
                     (process_cpu_seconds([os.getpid()]) - cpu0) * 1e6 / max(len(accepts), 1), 1)
-            await poll(lambda: _true(sum(proto.counts) == clients))
-            out["initial"] = spread(proto.counts)
+            out["initial"] = spread(await settled(_now(proto.counts), 0.5))
             victim = max(range(n), key=proto.counts.__getitem__)
             lost = await proto.kill_and_restart(nursery, victim)
             second = Fleet(gobtool, proto.port, lost, "proto-b")
             out["errors"] += await second.in_sync()
-            await poll(lambda: _true(sum(proto.counts) == clients))
             out["reconnected"] = lost
-            out["after_reconnect"] = spread(proto.counts)
+            out["after_reconnect"] = spread(await settled(_now(proto.counts), 0.5))
             out["restarted_worker_share"] = round(proto.counts[victim] / lost, 3) if lost else None
             await second.close()
             await first.close()

@@ -382,6 +382,8 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         result["socket_queues_at_churn_end"] = socket_queues(port)
         result["sessions_behind_at_churn_end"] = sum(
             1 for i in daemon.ctx.sessions.values() if i.lag()[0] > 0)
+        # Datastore events the pipeline has not yet put in the cache.
+        result["pipeline_pending_at_churn_end"] = daemon.pipelines[args.syncer].pending_events
         result["churn_breadcrumbs"] = daemon.pipelines[args.syncer].feed.latest.seq - seq1
         if workers_cpu1:
             # A worker's own cost per breadcrumb (its clients' writes included).
