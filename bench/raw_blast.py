@@ -24,7 +24,8 @@ import trio
 from trio_typha.cache.core import Breadcrumb
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
 from trio_typha.protocols.gob import encode_once
-from trio_typha.protocols.gob.messages import MsgServerHello
+from trio_typha.protocols.gob.codec import NEED_DATA, Decoder
+from trio_typha.protocols.gob.messages import ENVELOPE, REGISTRY, MsgServerHello
 from trio_typha.protocols.grpc import encode_once as grpc_encode
 
 
@@ -45,10 +46,17 @@ class RawBlast:
 
     async def handle(self, stream: trio.SocketStream) -> None:
         """Serve one connection until the client goes away."""
+        # Whole client messages, not reads: Go's gob writes a type's first value in
+        # several writes (its types, then the value), and answering the first part would
+        # send the next stream before the client has restarted its decoder.
+        decoder = Decoder(REGISTRY, ENVELOPE)
         try:
             for reply in (self.first, self.snapshot, self.last):
-                if not await stream.receive_some(65536):  # hello, ACK, ACK
-                    return
+                while decoder.next_value() is NEED_DATA:  # hello, ACK, ACK
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    decoder.feed(data)
                 await stream.send_all(reply)
             self.in_sync += 1
             while await stream.receive_some(65536):  # pongs
