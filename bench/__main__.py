@@ -103,9 +103,10 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "fleet_cpu_s": fleet_cpu if expected else None,
         "fleet_cores": round(fleet_cpu / wall, 3) if expected and wall and fleet_cpu else None,
         "fleet_cpu_us_per_delivery": per_delivery(fleet_cpu, in_window),
-        # Where undelivered updates wait when the churn ends: upstream of the cache (the
-        # pipeline), in the server's sessions (behind the cache), in the kernel (sent,
-        # unread), or nowhere (lost).
+        # Where undelivered updates wait when the churn ends: upstream of the cache (in
+        # the datastore watcher or the pipeline), in the server's sessions (behind the
+        # cache), or in the kernel (sent, not yet read by the client).
+        "writes_not_in_cache_at_churn_end": result.get("writes_not_in_cache_at_churn_end"),
         "pipeline_pending_at_churn_end": result.get("pipeline_pending_at_churn_end"),
         "sessions_behind_at_churn_end": result.get("sessions_behind_at_churn_end"),
         **result.get("socket_queues_at_churn_end", {}),

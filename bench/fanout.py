@@ -173,6 +173,25 @@ class RoundLag:
                 "event_to_round_end": percentiles(self.lags)}
 
 
+class CacheIngest:
+    """Updates the pipeline put into the cache (``CacheFeed.apply``), to tell a cache that
+    lags the datastore from clients that lag the cache."""
+
+    def __init__(self, feed: object) -> None:
+        self.updates = 0
+        self._feed = feed
+        self._inner = feed.apply
+        feed.apply = self._apply
+
+    def _apply(self, updates: list, origin: float | None = None) -> list:
+        self.updates += len(updates)
+        return self._inner(updates, origin)
+
+    def close(self) -> int:
+        self._feed.apply = self._inner
+        return self.updates
+
+
 class ServerProcesses:
     """CPU and memory of the server: this process plus its ServerWorkers workers."""
 
@@ -371,6 +390,7 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         # clients received between its start and its end, sampled at both ends.
         cpu1, fleet_cpu1, wall1 = procs_of.cpu(), fleet.cpu(), trio.current_time()
         stamped1 = await fleet.stamped()
+        ingest = CacheIngest(daemon.pipelines[args.syncer].feed)
         if args.seconds > 0 and args.rate > 0:
             await cluster.churn(args.rate, args.seconds)
         cpu2, fleet_cpu2, wall2 = procs_of.cpu(), fleet.cpu(), trio.current_time()
@@ -382,7 +402,9 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         result["socket_queues_at_churn_end"] = socket_queues(port)
         result["sessions_behind_at_churn_end"] = sum(
             1 for i in daemon.ctx.sessions.values() if i.lag()[0] > 0)
-        # Datastore events the pipeline has not yet put in the cache.
+        # Writes not in the cache when the churn ends (each pod write is one felix update),
+        # and of those, the events the pipeline holds (the rest wait in the watcher).
+        result["writes_not_in_cache_at_churn_end"] = cluster.writes - ingest.close()
         result["pipeline_pending_at_churn_end"] = daemon.pipelines[args.syncer].pending_events
         result["churn_breadcrumbs"] = daemon.pipelines[args.syncer].feed.latest.seq - seq1
         if workers_cpu1:

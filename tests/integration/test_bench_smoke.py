@@ -50,7 +50,9 @@ def test_steady(protocol: str) -> None:
     # Counted by the clients over the churn window and after it, with both CPU figures.
     assert 0 < row["delivered_at_churn_end"] <= row["delivered_1s_after"] <= 1.0
     assert row["drain_s"] is not None and row["fleet_cpu_s"] is not None
-    assert row["cpu_us_per_delivery"] > 0 and row["cpu_us_per_delivery_whole_run"] > 0
+    # (CPU is read in clock ticks: a tiny run may well cost 0 of them.)
+    assert row["cpu_us_per_delivery"] >= 0 and row["cpu_us_per_delivery_whole_run"] >= 0
+    assert row["writes_not_in_cache_at_churn_end"] >= 0
     assert row["sessions_behind_at_churn_end"] is not None
     assert row["server_send_queue_bytes"] >= 0 and row["client_recv_queue_bytes"] >= 0
 
