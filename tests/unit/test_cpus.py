@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -79,3 +81,14 @@ def test_config_zero_or_less_means_this_machines_default() -> None:
                        config_file=None).effective("ServerWorkers") == 1
     assert load_config({"TYPHA_SERVERWORKERS": "3"},
                        config_file=None).effective("ServerWorkers") == 3
+
+
+def test_a_process_pinned_to_one_cpu_defaults_to_one_process() -> None:
+    """The affinity mask is read for real: pinned to one CPU (as ``taskset -c 0``), the
+    default is the single-process server."""
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from trio_typha.config import load_config; "
+            "print(load_config({}, config_file=None).effective('ServerWorkers'))")
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.strip() == "1"
