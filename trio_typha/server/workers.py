@@ -3,10 +3,11 @@
 With ``ServerWorkers=N`` (N > 1) the daemon (the *primary*) keeps the one datastore watch,
 the pipelines and the caches, and serves clients itself; N - 1 worker processes serve a
 share of the connections on the same port (``SO_REUSEPORT``: the kernel spreads new
-connections over the listening processes).  Each worker follows the primary's caches over
-a private Unix socket with the primary's own gRPC Sync stream, once per syncer type, into
-caches of its own (so it builds each snapshot and each breadcrumb's encoding once per
-worker, and never watches the datastore).  The primary supervises them: a worker that dies
+connections over the listening processes).  Each worker mirrors the primary's caches from
+a private feed on a Unix socket, one connection per syncer type (:mod:`.worker_wire`): per
+breadcrumb the updates, so it builds its own snapshots, and the primary's encodings of it,
+which its clients are sent as they are; it never watches the datastore and encodes no
+delta.  The primary supervises them: a worker that dies
 is started again (its clients reconnect, to whichever process the kernel picks), and
 health, readiness, metrics and ``/connections`` of the primary cover every worker.
 
