@@ -456,7 +456,7 @@ class Daemon:
                 live=True, ready=self.workers is not None and self.workers.ready,
                 detail=self.workers.detail() if self.workers is not None else ""))
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(
+                await nursery.start(partial(
                     trio.serve_listeners,
                     partial(serve_worker_feed, self.ctx.feeds, encodings,
                             self.settings.write_timeout, self._worker_share),

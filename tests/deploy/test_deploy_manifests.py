@@ -4,6 +4,7 @@ the objects are shaped as Calico's calico-typha deployment is."""
 
 from __future__ import annotations
 
+import math
 import ssl
 import subprocess
 from pathlib import Path
@@ -150,7 +151,14 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
     # period covers the graceful shutdown.
     variables = env(c)
     assert variables["TYPHA_DATASTORETYPE"] == "kubernetes"
+    # ServerWorkers follows the CPU request (the kubelet rounds it up to whole CPUs), not
+    # the node's CPU count.
+    [workers] = [e for e in c["env"] if e["name"] == "TYPHA_SERVERWORKERS"]
+    assert workers["valueFrom"]["resourceFieldRef"] == {"resource": "requests.cpu",
+                                                        "divisor": "1"}
+    variables["TYPHA_SERVERWORKERS"] = str(math.ceil(_cpu(c["resources"]["requests"]["cpu"])))
     cfg = load_config({k: v for k, v in variables.items() if k.startswith("TYPHA_")})
+    assert cfg.effective("ServerWorkers") >= 1
     assert cfg.health_enabled and cfg.health_port == 9098
     assert spec["terminationGracePeriodSeconds"] >= cfg.shutdown_timeout_secs > 0
 
@@ -279,3 +287,8 @@ def test_calicos_manifest_and_certificates_are_never_committed() -> None:
         tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=ROOT,
                                  capture_output=True, check=False)
         assert tracked.returncode != 0, f"{path} is committed"
+
+
+def _cpu(quantity: str) -> float:
+    """A Kubernetes CPU quantity ("250m", "2") in CPUs."""
+    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)

@@ -118,7 +118,7 @@ async def test_send_nowait_carries_what_the_kernel_does_not_take(ca: trustme.CA)
     # The client is not reading: the plaintext is taken whole, the ciphertext is owed.
     assert server.send_nowait(first) == len(first)
     assert server.owes
-    with pytest.raises(trio.BusyResourceError):
+    with pytest.raises(BlockingIOError):
         server.send_nowait(second)  # one writer: nothing new while bytes are owed
     got = bytearray()
 
@@ -148,7 +148,7 @@ async def test_send_nowait_refused_while_send_all_runs(ca: trustme.CA) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(server.send_all, pattern(500_000))
         await trio.testing.wait_all_tasks_blocked()  # the writer is blocked mid-send
-        with pytest.raises(trio.BusyResourceError):
+        with pytest.raises(BlockingIOError):
             server.send_nowait(b"x")
         with pytest.raises(trio.BusyResourceError):
             await server.send_all(b"y")
@@ -222,6 +222,10 @@ async def test_garbage_after_the_handshake(ca: trustme.CA) -> None:
     with pytest.raises(OSError):
         server.send_nowait(b"x")
     await server.aclose()
+    # The client hears why (OpenSSL's alert for the bad record), not just an unclean EOF.
+    with pytest.raises(trio.BrokenResourceError) as heard:
+        await client.receive_some(100)
+    assert "ALERT" in str(heard.value.__cause__), heard.value.__cause__
 
 
 def test_server_context_refuses_renegotiation(ca: trustme.CA, tmp_path) -> None:

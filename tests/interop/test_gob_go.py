@@ -5,11 +5,13 @@ client against the real trio server on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -464,22 +466,37 @@ async def read_json_line(stream: trio.abc.ReceiveStream, buf: bytearray) -> dict
     return json.loads(line)
 
 
-async def test_go_fleet_against_the_daemon(gobtool: Path) -> None:
-    # The benchmark's client fleet (bench/fanout.py --client-impl go): five connections in
-    # one process, an in_sync line once all are in sync, a done line when stdin closes.
+@contextlib.asynccontextmanager
+async def tiny_daemon(store: Any, **overrides: str) -> AsyncIterator[Any]:
+    """A one-process daemon (every fleet member in this process) on the memory datastore
+    holding ``store``, in sync; shut down on exit."""
     from trio_typha.config import load_config
     from trio_typha.daemon import Daemon
+
+    cfg = load_config({}, config_file=None, overrides={
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
+        **overrides})
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        with trio.fail_after(10):
+            await daemon.wait_in_sync()
+        yield daemon
+        daemon.shutdown()
+
+
+def tiny_store() -> Any:
     from trio_typha.datastore.memory import MemoryStore
     from trio_typha.datastore.synthetic import generate
 
     store = MemoryStore()
     store.put_all(generate("tiny"))
-    cfg = load_config({}, config_file=None,
-                      overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1"})
-    async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        with trio.fail_after(10):
-            await daemon.wait_in_sync()
+    return store
+
+
+async def test_go_fleet_against_the_daemon(gobtool: Path) -> None:
+    # The benchmark's client fleet (bench/fanout.py --client-impl go): five connections in
+    # one process, an in_sync line once all are in sync, a done line when stdin closes.
+    async with tiny_daemon(tiny_store()) as daemon:
         keys = len(daemon.pipelines["felix"].feed.cache)
         cmd = [str(gobtool), "fleet", "-addr", f"127.0.0.1:{daemon.ports['server']}", "-n", "5"]
         buf = bytearray()
@@ -492,7 +509,6 @@ async def test_go_fleet_against_the_daemon(gobtool: Path) -> None:
                 assert len(daemon.ctx.sessions) == 5
                 await proc.stdin.aclose()
                 done = await read_json_line(proc.stdout, buf)
-        daemon.shutdown()
     assert proc.returncode == 0
     assert in_sync["event"] == "in_sync" and in_sync["errors"] == []
     assert in_sync["seconds"] > 0
@@ -506,11 +522,7 @@ async def test_go_fleet_over_mtls_gets_every_churned_update(
     TLS: in sync, then every churned pod reaches every member through the TLS broadcast."""
     import trustme
 
-    from trio_typha.config import load_config
-    from trio_typha.daemon import Daemon
     from trio_typha.datastore.churn import Churn
-    from trio_typha.datastore.memory import MemoryStore
-    from trio_typha.datastore.synthetic import generate
 
     ca = trustme.CA()
     files = {"ca": ca.cert_pem}
@@ -521,17 +533,11 @@ async def test_go_fleet_over_mtls_gets_every_churned_update(
     paths = {name: str(tmp_path / f"{name}.pem") for name in files}
     for name, blob in files.items():
         blob.write_to_path(paths[name])
-    store = MemoryStore()
-    store.put_all(generate("tiny"))
-    cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
-        "ServerCertFile": paths["server_cert"], "ServerKeyFile": paths["server_key"],
-        "CAFile": paths["ca"], "ClientCN": "typha-client"})
+    store = tiny_store()
     members = 4
-    async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        with trio.fail_after(10):
-            await daemon.wait_in_sync()
+    async with tiny_daemon(store, ServerCertFile=paths["server_cert"],
+                           ServerKeyFile=paths["server_key"], CAFile=paths["ca"],
+                           ClientCN="typha-client") as daemon:
         cmd = [str(gobtool), "fleet", "-addr", f"127.0.0.1:{daemon.ports['server']}",
                "-n", str(members), "-ca", paths["ca"], "-cert", paths["client_cert"],
                "-key", paths["client_key"], "-server-name", "typha-server"]
@@ -554,7 +560,6 @@ async def test_go_fleet_over_mtls_gets_every_churned_update(
                 await trio.sleep(0.5)
                 await proc.stdin.aclose()
                 done = await read_json_line(proc.stdout, buf)
-        daemon.shutdown()
     assert proc.returncode == 0
     assert in_sync["errors"] == [] and done["errors"] == []
     assert churn.writes > 0 and len(done["delays"]) == members * churn.writes

@@ -62,7 +62,7 @@ def test_the_tightest_quota_of_the_cgroup_and_its_parents_applies() -> None:
     assert cpus.cgroup_quota(read, root="/cg") == 3.0
 
 
-def test_no_cgroup_v2_means_no_quota() -> None:
+def test_no_quota_files_means_no_quota() -> None:
     assert cpus.cgroup_quota(fake_files({"/proc/self/cgroup": "1:cpu:/\n"})) is None
     assert cpus.cgroup_quota(fake_files({})) is None
     # A container's own namespace: its cgroup is the root of the mount.
@@ -92,3 +92,27 @@ def test_a_process_pinned_to_one_cpu_defaults_to_one_process() -> None:
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize(("quota", "period", "limit"), [
+    ("-1\n", "100000\n", None), ("200000", "100000", 2.0), ("50000", "100000", 0.5),
+    ("x", "100000", None), ("100000", "0", None),
+])
+def test_cfs_quota_parsing(quota: str, period: str, limit: float | None) -> None:
+    assert cpus.parse_cfs(quota, period) == limit
+
+
+def test_cgroup_v1_quota_of_the_cpu_controller_and_its_parents() -> None:
+    read = fake_files({
+        "/proc/self/cgroup": "4:memory:/kubepods/pod1/ctr\n"
+                             "3:cpu,cpuacct:/kubepods/pod1/ctr\n2:cpuset:/\n",
+        "/cg/cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_quota_us": "-1\n",
+        "/cg/cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_period_us": "100000\n",
+        "/cg/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "150000\n",
+        "/cg/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
+    })
+    assert cpus.cgroup_quota(read, root="/cg") == 1.5
+    # A host where the controller is mounted as plain "cpu", no quota at all (this one).
+    read = fake_files({"/proc/self/cgroup": "1:cpu:/\n0::/\n",
+                       "/cg/cpu/cpu.cfs_quota_us": "-1", "/cg/cpu/cpu.cfs_period_us": "100000"})
+    assert cpus.cgroup_quota(read, root="/cg") is None

@@ -59,6 +59,7 @@ PURE = [
     "trio_typha.server.sniff",
     "trio_typha.server.cpus",
     "trio_typha.server.worker_wire",
+    "trio_typha.syncer.gcpause",
     "trio_typha.syncer.tracker",
 ]
 

@@ -10,7 +10,7 @@ the caller's write timeout) sends before anything else, so the byte stream stays
 
 One writer at a time, made evident: :meth:`send_all`/:meth:`flush` raise
 :class:`trio.BusyResourceError` while another is running, and :meth:`send_nowait` refuses
-(``BusyResourceError``) while one is running or ciphertext is still owed (:attr:`owes`):
+(``BlockingIOError``) while one is running or ciphertext is still owed (:attr:`owes`):
 whoever owns the connection's broadcast seat is the only caller, and the round hands a seat
 back to its writer as soon as the stream owes bytes.
 
@@ -129,6 +129,7 @@ class TLSStream(trio.abc.Stream):
                 except ssl.SSLZeroReturnError:
                     return b""  # close_notify: a clean end of the stream
                 except ssl.SSLError as exc:
+                    self._send_alert_nowait()  # the alert OpenSSL wrote for the bad record
                     self._broken = True
                     raise trio.BrokenResourceError(exc) from exc
                 else:
@@ -189,11 +190,14 @@ class TLSStream(trio.abc.Stream):
 
         Returns ``len(data)``: the plaintext is always taken.  Ciphertext the kernel does not
         take is carried (:attr:`owes`) for the writer's next :meth:`send_all`/:meth:`flush`.
-        Raises ``OSError`` if the connection is broken, and BusyResourceError if another
-        writer holds the stream or bytes are still owed (the seat owner's bug).
+        Raises ``OSError`` if the connection is broken, and BlockingIOError (an OSError the
+        round takes as "would block") if another writer holds the stream or bytes are still
+        owed (the seat owner's bug, which must not end the round).
         """
         if self._sending or self._carry is not None:
-            raise trio.BusyResourceError("send_nowait while the writer owns the stream")
+            # The seat owner's bug, but the round's contract: BlockingIOError hands the
+            # seat back to its writer, which sends what is owed before these bytes.
+            raise BlockingIOError("send_nowait while the writer owns the stream")
         if self._closed or self._broken:
             raise BrokenPipeError("TLS stream is closed or broken")
         self._encrypt(data, mark_broken=False)
