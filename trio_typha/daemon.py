@@ -61,7 +61,6 @@ from .startup import (
     ListenPortInUse,
     port_in_use,
 )
-from .syncer.gcpause import trim_heap
 from .syncer.pipeline import SyncerPipeline
 
 log = logging.getLogger(__name__)
@@ -419,7 +418,6 @@ class Daemon:
         await self.wait_in_sync()
         gc.collect()
         gc.freeze()
-        trim_heap()  # the initial lists' freed pages (syncer/gcpause.py)
         log.info("All caches in sync; %d long-lived objects excluded from garbage "
                  "collection", gc.get_freeze_count())
 

@@ -50,11 +50,3 @@ def test_collection_switched_off_elsewhere_stays_off() -> None:
     a.release()
     assert not gc.isenabled()
 
-
-def test_trim_heap_runs_where_glibc_has_it() -> None:
-    import ctypes
-
-    from trio_typha.syncer.gcpause import trim_heap
-
-    has = hasattr(ctypes.CDLL(None), "malloc_trim")
-    assert trim_heap() is has

@@ -147,3 +147,23 @@ def test_take_listed_hands_objects_on_one_by_one_and_lets_go_of_them() -> None:
     with pytest.raises(MalformedResponse):
         r.take_listed(bad, "10")
     assert len(bad) == 2 and r.known.revision("default", "a") == "5"
+
+
+def test_stream_listed_checks_as_it_goes_and_a_broken_list_is_made_good_by_the_next() -> None:
+    r = KindReflector(K.POD)
+
+    def broken():
+        yield _pod("a", "5")
+        yield {"metadata": {"resourceVersion": "6"}}  # no name
+        yield _pod("c", "7")
+
+    events = r.stream_listed(broken(), "9")
+    assert _summary([next(events)]) == [("set", "default", "a", "5")]
+    with pytest.raises(MalformedResponse):
+        next(events)
+    assert not r.synced  # no KindSynced for an incomplete list
+    r.expire()
+    again = r.stream_listed(iter([_pod("a", "5"), _pod("b", "6"), _pod("c", "7")]), "10")
+    assert _summary(list(again)) == [("set", "default", "b", "6"), ("set", "default", "c", "7"),
+                                     ("synced",)]
+    assert r.resume_rv == "10"

@@ -29,6 +29,7 @@ PURE = [
     "trio_typha.datastore.etcd_gateway",
     "trio_typha.datastore.etcd_layout",
     "trio_typha.datastore.etcd_state",
+    "trio_typha.datastore.k8s_listbody",
     "trio_typha.datastore.k8s_reflector",
     "trio_typha.datastore.k8s_stream",
     "trio_typha.datastore.known",

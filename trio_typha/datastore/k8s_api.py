@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,6 +21,7 @@ import trio
 from ..model.jsonload import loads
 from ..model.kinds import ResourceKind
 from .k8s_config import KubeClientConfig, build_ssl_context, read_token_file
+from .k8s_listbody import json_object, split_list
 from .k8s_stream import LineDecoder, MalformedResponse, StatusInfo, WatchEvent, parse_watch_event
 from .stall import DEFAULT_DEADLINE, keepalive_socket_options
 
@@ -125,20 +126,17 @@ class KubeApi:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def get_json(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-        """GET ``path``; the decoded JSON object, or :class:`ApiError`."""
+    async def _get_body(self, path: str, params: dict[str, str] | None) -> bytes:
         response = await self._client.get(path, params=params, headers=await self._headers(),
                                           extensions=self._extensions)
         if response.status_code != 200:
             self._note_rejection(response.status_code)
             raise ApiError.from_response(response)
-        try:
-            doc = loads(response.content)
-        except ValueError as exc:
-            raise MalformedResponse(f"GET {path}: response is not JSON: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise MalformedResponse(f"GET {path}: response is not a JSON object")
-        return doc
+        return response.content
+
+    async def get_json(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        """GET ``path``; the decoded JSON object, or :class:`ApiError`."""
+        return json_object(await self._get_body(path, params), f"GET {path}")
 
     async def write_json(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST/PUT ``body`` to ``path``; the object the server stored, or :class:`ApiError`."""
@@ -156,8 +154,10 @@ class KubeApi:
 
     async def list_page(self, kind: ResourceKind, *, limit: int | None,
                         continue_token: str | None = None,
-                        resource_version: str = "0") -> dict[str, Any]:
-        """One page of ``kind``'s list (``limit`` None: everything at once).
+                        resource_version: str = "0") -> tuple[dict[str, Any], Iterator[Any]]:
+        """One page of ``kind``'s list (``limit`` None: everything at once): its members
+        other than ``items`` (``metadata``...), and the items, each decoded only when the
+        iterator reaches it (:func:`.k8s_listbody.split_list`).
 
         As Calico's paged list (client-go's pager): the first page asks for
         ``resource_version`` with ``resourceVersionMatch=NotOlderThan`` ("0": any), which
@@ -172,7 +172,9 @@ class KubeApi:
         else:
             params["resourceVersion"] = resource_version
             params["resourceVersionMatch"] = "NotOlderThan"
-        return await self.get_json(resource_path(kind), params)
+        path = resource_path(kind)
+        body = await self._get_body(path, params)
+        return split_list(body, f"GET {path}")
 
     async def served_groups(self) -> set[str]:
         """Names of the API groups the server serves (``GET /apis``)."""

@@ -42,6 +42,26 @@ class KindReflector:
         """A complete list arrived: the differences from what was sent, then KindSynced once."""
         return list(self.take_listed(list(items), list_rv))
 
+    def stream_listed(self, items: Iterable[Mapping[str, Any]], list_rv: str
+                      ) -> Iterator[DatastoreEvent]:
+        """:meth:`listed` for objects that arrive one at a time (decoded as they are
+        reached): each is checked as it comes, so a bad one ends the iteration with
+        :class:`MalformedResponse` after the events before it; the caller then lists again
+        (which sends only the differences from what was sent) and ``KindSynced`` comes only
+        after a complete list."""
+        self.resume_rv = list_rv or None
+
+        def rows() -> Iterator[tuple[str, str, Mapping[str, Any], str]]:
+            for obj in items:
+                ns, name, rev = self._identify(obj)
+                yield ns, name, self.complete(obj), rev
+
+        def events() -> Iterator[DatastoreEvent]:
+            yield from self.known.reconcile(rows(), "")
+            yield from self._mark_synced()
+
+        return events()
+
     def take_listed(self, items: list[_Obj], list_rv: str
                     ) -> Iterator[DatastoreEvent]:
         """:meth:`listed`, one event at a time, emptying ``items`` as it goes: each object
@@ -101,6 +121,8 @@ class KindReflector:
                 **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}}
 
     def _identify(self, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+        if not isinstance(obj, Mapping):
+            raise MalformedResponse(f"list of {self.kind}: an item is not an object")
         md = obj.get("metadata")
         name = md.get("name") if isinstance(md, dict) else None
         rev = md.get("resourceVersion") if isinstance(md, dict) else None

@@ -27,9 +27,10 @@ follows when a request for that kind works again.  Retries back off exponentiall
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,9 +101,7 @@ class KindWatcher:
 
     async def _list(self) -> None:
         try:
-            items, list_rv = await self._list_all()
-            count = len(items)
-            events = self.reflector.take_listed(items, list_rv)
+            pages, list_rv = await self._list_all()
         except ApiError as exc:
             if exc.http_status == 404:
                 await self._not_served()
@@ -117,41 +116,48 @@ class KindWatcher:
         self._backoff.reset()
         self._errors_at_rv = 0
         self.check.progressed(trio.current_time())
-        if self._absent:
-            log.info("%s is served again; listed %d objects", self.kind, count)
-            self._absent = False
         await self._recovered()
-        await self._emit(events)
+        items = _Counted(itertools.chain.from_iterable(pages))
+        try:
+            # Each object is decoded, converted and freed before the next is decoded.
+            await self._emit(self.reflector.stream_listed(items, list_rv))
+        except MalformedResponse as exc:
+            self.reflector.expire()  # list again; what was sent stays known
+            await self._failed("list", exc)
+            return
+        if self._absent:
+            log.info("%s is served again; listed %d objects", self.kind, items.count)
+            self._absent = False
         if self.reflector.resume_rv is None:
             # Nothing to resume a watch from: poll by listing (Calico does the same).
             log.info("List of %s returned no resourceVersion; polling", self.kind)
             await trio.sleep(self.tuning.empty_rv_poll)
 
-    async def _list_all(self) -> tuple[list[dict[str, Any]], str]:
-        """All pages of the list; an expired continue token falls back to one full list."""
-        items: list[dict[str, Any]] = []
+    async def _list_all(self) -> tuple[list[Iterator[Any]], str]:
+        """All pages of the list (their items still to be decoded) and its resourceVersion;
+        an expired continue token falls back to one full list."""
+        pages: list[Iterator[Any]] = []
         token: str | None = None
         limit: int | None = self.tuning.page_size
         rv = self.reflector.list_rv
         while True:
             try:
-                page = await self.api.list_page(self.kind, limit=limit, continue_token=token,
-                                                resource_version=rv)
+                page, items = await self.api.list_page(self.kind, limit=limit,
+                                                       continue_token=token,
+                                                       resource_version=rv)
             except ApiError as exc:
                 if not (exc.expired and token is not None):
                     raise
                 log.info("List of %s: continue token expired; listing in one page", self.kind)
-                items, token, limit = [], None, None
+                pages, token, limit = [], None, None
                 continue
-            page_items = page.get("items") or []
-            if not isinstance(page_items, list) or not all(
-                    isinstance(i, dict) for i in page_items):
-                raise MalformedResponse(f"list of {self.kind}: items is not a list of objects")
-            items.extend(page_items)
+            pages.append(items)
             metadata = page.get("metadata") or {}
+            if not isinstance(metadata, dict):
+                raise MalformedResponse(f"list of {self.kind}: metadata is not an object")
             token = metadata.get("continue") or None
             if token is None:
-                return items, str(metadata.get("resourceVersion") or "")
+                return pages, str(metadata.get("resourceVersion") or "")
 
     async def _not_served(self) -> None:
         """404: the kind's API (typically a CRD) is not installed: synced, empty, recheck later."""
@@ -281,6 +287,19 @@ class KindWatcher:
 
     async def _emit(self, events: Iterable[DatastoreEvent]) -> None:
         await hand_over(self._send, events)
+
+
+class _Counted:
+    """Iterates ``items`` and counts them."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self.count = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self._items:
+            self.count += 1
+            yield item
 
 
 def describe_failure(kind: ResourceKind, verb: str, exc: Exception) -> str:

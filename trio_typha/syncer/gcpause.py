@@ -13,7 +13,6 @@ is never switched on if something else had switched it off.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 
 _holders = 0
@@ -53,18 +52,3 @@ def holders() -> int:
     """How many pauses are held (for tests and the debug page)."""
     return _holders
 
-
-def trim_heap() -> bool:
-    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``), after the
-    initial lists are freed; False where there is no such call (musl, macOS).
-
-    Measured with 100k pods in KDD mode: RSS after sync 442 -> 402 MiB.
-    """
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim(0)
-    return True
