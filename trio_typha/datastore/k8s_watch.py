@@ -119,7 +119,7 @@ class KindWatcher:
         await self._recovered()
         items = _Counted(itertools.chain.from_iterable(pages))
         try:
-            # Each object is decoded, converted and freed before the next is decoded.
+            # Objects are decoded as the pipeline takes them (at most a channelful ahead).
             await self._emit(self.reflector.stream_listed(items, list_rv))
         except MalformedResponse as exc:
             self.reflector.expire()  # list again; what was sent stays known
