@@ -421,16 +421,17 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
             await trio.sleep(1)
         result["bytes_sent_total"] = sum(i.bytes_sent for i in daemon.ctx.sessions.values())
         result["sessions_at_end"] = len(daemon.ctx.sessions)
+        # Storm, churn and drain: everything the clients cost the server.  Read before the
+        # clients' delay lists (millions of floats at 1000 x 200) are parsed in this process.
+        result["server_cpu_with_clients_s"] = round(procs_of.cpu() - cpu0, 2)
+        result["server_cpu_total_s"] = round(procs_of.cpu(), 2)
+        result["server_peak_rss_mib"] = round(procs_of.peak_rss(), 1)
         delays: list[float] = []
         for done in await fleet.done():
             delays.extend(done["delays"])
             result["client_errors"] += done.get("errors", [])
-        # Storm, churn and drain: everything the clients cost the server.
-        result["server_cpu_with_clients_s"] = round(procs_of.cpu() - cpu0, 2)
         result.update(snapshot_sizes(daemon, args.syncer))
         result["delay"] = percentiles(delays)
-        result["server_cpu_total_s"] = round(procs_of.cpu(), 2)
-        result["server_peak_rss_mib"] = round(procs_of.peak_rss(), 1)
         result["server_processes"] = len(procs_of.pids())
         daemon.shutdown()
     return result
