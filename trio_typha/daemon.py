@@ -41,6 +41,7 @@ from .server.connections import ConnectionRegistry
 from .server.context import ServerContext
 from .server.fdlimit import FdShedder, log_nofile_limit
 from .server.governor import Governor
+from .server.handoff import BalancingListener, ReceivedSocketListener
 from .server.listener import ConnectionHandler, Protocols
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .server.settings import ServerSettings
@@ -50,8 +51,8 @@ from .server.workers import (
     ReplicaPipeline,
     Upstream,
     WorkerPool,
+    WorkerState,
     aggregate_exposition,
-    open_reuse_port_listener,
     serve_worker_feed,
 )
 from .startup import (
@@ -111,11 +112,12 @@ class Daemon:
                  datastore: Datastore | None = None, handle_signals: bool = False,
                  syncer_types: tuple[str, ...] = SYNCER_TYPES,
                  listen_port: int | None = None, upstream: str | None = None,
-                 reuse_port: bool = False) -> None:
+                 control: socket.socket | None = None) -> None:
         """``listen_port`` overrides the configured port; 0 picks a free one (tests, benches):
         in Typha's own config, ServerPort 0 means 5473.  ``upstream`` makes this a
         ServerWorkers worker: its caches follow the primary at that Unix socket instead of
-        a datastore (see :mod:`.server.workers`)."""
+        a datastore (see :mod:`.server.workers`), and ``control`` is where the primary
+        passes it its connections (:mod:`.server.handoff`)."""
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
         self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled,
@@ -127,7 +129,7 @@ class Daemon:
         self.upstream = upstream
         #: Processes serving the port (ServerWorkers after its default); 1 for a worker.
         self.server_workers: int = 1 if upstream is not None else cfg.effective("ServerWorkers")
-        self.reuse_port = reuse_port or self.server_workers > 1
+        self.control = control
         self.workers: WorkerPool | None = None
         if upstream is not None:
             datastore = Upstream(upstream)  # type: ignore[assignment]
@@ -466,6 +468,12 @@ class Daemon:
                 await nursery.start(self.workers.run)
                 task_status.started()
 
+    def _own_load(self) -> int:
+        return len(self.connections)
+
+    def _worker_targets(self) -> list[WorkerState]:
+        return self.workers.workers if self.workers is not None else []
+
     def _worker_share(self) -> int:
         """What each worker may hold of the replica's connection limit (the governor's)."""
         assert self.governor is not None
@@ -487,17 +495,22 @@ class Daemon:
                 reason=reason).inc()))
         log.info("Opening %slisten socket host=%s port=%d", "TLS " if self.tls else "",
                  cfg.server_host or "*", self.listen_port)
-        if self.reuse_port:  # ServerWorkers: every process listens on the port
-            listeners = [await open_reuse_port_listener(cfg.server_host or None,
-                                                        self.listen_port)]
+        listeners: list[trio.abc.Listener[Any]]
+        if self.control is not None:  # a worker: the primary passes it its share
+            listeners = [ReceivedSocketListener(self.control)]
+            self.ports["server"] = self.listen_port
         else:
             try:
-                listeners = await trio.open_tcp_listeners(self.listen_port,
-                                                          host=cfg.server_host or None)
+                sockets = await trio.open_tcp_listeners(self.listen_port,
+                                                        host=cfg.server_host or None)
             except OSError as exc:
                 raise port_in_use("the sync server", "TYPHA_SERVERPORT", cfg.server_host,
                                   self.listen_port, exc, ListenPortInUse) from None
-        self.ports["server"] = listeners[0].socket.getsockname()[1]
+            self.ports["server"] = sockets[0].socket.getsockname()[1]
+            listeners = list(sockets)
+            if self.server_workers > 1:  # the primary keeps its share, passes the rest
+                listeners = [BalancingListener(s, self._own_load, self._worker_targets)
+                             for s in sockets]
         log.info("Opened listen socket port=%d", self.ports["server"])
         # Returns once the drain has closed the last connection.
         await self.connections.serve(handler, listeners, task_status=task_status)

@@ -1,9 +1,10 @@
 """ServerWorkers: worker processes share the port and follow the primary's caches.
 
 Real processes: the primary (this test's daemon, memory datastore) starts its workers with
-``python -m trio_typha.server.workers``; they bind the same port (SO_REUSEPORT) and follow
-the primary over its private Unix socket.  Clients are Typha gob clients (snappy and
-legacy) and gRPC clients, spread over the processes by the kernel.
+``python -m trio_typha.server.workers``; the primary accepts on the port and passes each
+socket to the least-loaded process (SCM_RIGHTS), and the workers follow the primary over
+its private Unix socket.  Clients are Typha gob clients (snappy and legacy) and gRPC
+clients.
 """
 
 from __future__ import annotations
@@ -171,6 +172,12 @@ async def mixed_fleet(nursery: trio.Nursery) -> Daemon:
         assert len(served_by) >= 2
         await poll(lambda: len(daemon.workers.connection_rows())
                    + len(daemon.connections.snapshot()) == 18)
+        # The primary passes each connection to the least-loaded process: 6 each (+-1).
+        doc = (await get(daemon.ports["health"], "/connections")).json()
+        per_process = [sum(row.get("worker") == w for row in doc["connections"])
+                       for w in (None, 1, 2)]
+        assert sum(per_process) == 18 and max(per_process) - min(per_process) <= 2, \
+            per_process
         with trio.fail_after(SETTLE):  # the workers' figures are read once a second
             while True:
                 metrics = (await get(daemon.ports["metrics"], "/metrics")).text

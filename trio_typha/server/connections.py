@@ -254,6 +254,11 @@ class ConnectionRegistry:
             while True:
                 try:
                     stream = await listener.accept()
+                except trio.ClosedResourceError as exc:
+                    # A worker's listener whose primary is gone: nothing more comes; the
+                    # worker drains on the same news (its stdin's EOF).
+                    log.info("Listener closed (%s); accepting no more", exc)
+                    await trio.sleep_forever()
                 except OSError as exc:
                     if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                         raise

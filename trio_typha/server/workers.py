@@ -2,13 +2,13 @@
 
 With ``ServerWorkers=N`` (N > 1) the daemon (the *primary*) keeps the one datastore watch,
 the pipelines and the caches, and serves clients itself; N - 1 worker processes serve a
-share of the connections on the same port (``SO_REUSEPORT``: the kernel spreads new
-connections over the listening processes).  Each worker mirrors the primary's caches from
+share of the connections: the primary alone listens on the port and passes each new
+socket to the least-loaded process over its control socket (:mod:`.handoff`).  Each worker mirrors the primary's caches from
 a private feed on a Unix socket, one connection per syncer type (:mod:`.worker_wire`): per
 breadcrumb the updates, so it builds its own snapshots, and the primary's encodings of it,
 which its clients are sent as they are; it never watches the datastore and encodes no
 delta.  The primary supervises them: a worker that dies
-is started again (its clients reconnect, to whichever process the kernel picks), and
+is started again (its clients reconnect, and the primary fills it up first), and
 health, readiness, metrics and ``/connections`` of the primary cover every worker.
 
 Workers learn their configuration from the primary on stdin and exit when it closes (the
@@ -50,17 +50,6 @@ POLL_INTERVAL = 1.0
 HELLO_TIMEOUT = 10.0
 #: How often the primary's feed looks for a new connection limit to hand its workers.
 LIMIT_CHECK_INTERVAL = 1.0
-
-
-async def open_reuse_port_listener(host: str | None, port: int) -> trio.SocketListener:
-    """A TCP listener on ``port`` that other processes may bind too (``SO_REUSEPORT``)."""
-    family = socket.AF_INET6 if host and ":" in host else socket.AF_INET
-    sock = trio.socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    await sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
-    sock.listen(socket.SOMAXCONN)
-    return trio.SocketListener(sock)
 
 
 # ---- worker side --------------------------------------------------------------------------
@@ -155,8 +144,9 @@ def worker_main() -> None:
     setup_logging(cfg.log_severity_screen if hasattr(cfg, "log_severity_screen") else "INFO")
 
     async def main() -> None:
+        control = socket.socket(fileno=spec["control"])  # the primary passes sockets here
         daemon = Daemon(cfg, upstream=spec["upstream"], listen_port=spec["port"],
-                        handle_signals=True, reuse_port=True)
+                        handle_signals=True, control=control)
 
         async def primary_gone() -> None:
             # The primary holds our stdin: EOF means it is gone.  Read without a thread, so
@@ -193,6 +183,10 @@ class WorkerState:
     metrics: str = ""
     connections: list[dict[str, Any]] = field(default_factory=list)
     detail: str = "starting"
+    #: The primary's end of the control socket (:mod:`.handoff`) while the process runs.
+    control: socket.socket | None = None
+    #: Sockets passed to it since ``connections`` was read.
+    passed: int = 0
 
 
 class WorkerPool:
@@ -264,12 +258,21 @@ class WorkerPool:
             await trio.sleep(RESTART_DELAY)
 
     async def _run_one(self, w: WorkerState) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
         spec = pickle.dumps({"config": self.cfg, "upstream": self.upstream,
-                             "port": self.port})
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "trio_typha.server.workers"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                             "port": self.port, "control": theirs.fileno()})
+        try:
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "trio_typha.server.workers"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         assert proc.stdin is not None and proc.stdout is not None
+        w.control, w.passed, w.connections = ours, 0, []
         self._procs[w.index] = proc
         w.pid = proc.pid
         try:
@@ -290,6 +293,8 @@ class WorkerPool:
         except (trio.BrokenResourceError, trio.ClosedResourceError, json.JSONDecodeError):
             await proc.wait()
         finally:
+            w.control = None
+            ours.close()
             with trio.CancelScope(shield=True):
                 await proc.stdin.aclose()
                 if proc.returncode is None:
@@ -307,11 +312,13 @@ class WorkerPool:
     async def _read(self, http: httpx.AsyncClient, w: WorkerState) -> None:
         try:
             if w.health_port:
+                passed = w.passed  # these are in the rows read below (near enough)
                 r = await http.get(f"http://127.0.0.1:{w.health_port}/readiness")
                 w.ready = r.status_code == 200
                 w.detail = "" if w.ready else r.text.strip()[:200] or "not ready"
                 c = await http.get(f"http://127.0.0.1:{w.health_port}/connections")
                 w.connections = c.json().get("connections", [])
+                w.passed = max(0, w.passed - passed)
             if w.metrics_port:
                 m = await http.get(f"http://127.0.0.1:{w.metrics_port}/metrics")
                 w.metrics = m.text
