@@ -22,7 +22,7 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
   for none).
 * ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
   InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.
-* ``balance``: how evenly ServerWorkers' SO_REUSEPORT spreads N clients over the processes,
+* ``balance``: how evenly ServerWorkers (SCM_RIGHTS hand-off) spreads N clients over the processes,
   against a prototype passing accepted sockets with SCM_RIGHTS (``bench/balance.py``).
 
 The server is the real daemon in this process (its CPU and RSS are this process's).  On the

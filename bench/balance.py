@@ -1,15 +1,15 @@
-"""How evenly ServerWorkers spreads clients: SO_REUSEPORT (what the server does) against a
-primary passing each accepted socket to the least-loaded worker with SCM_RIGHTS.
+"""How evenly ServerWorkers spreads clients (the server's primary passes each accepted socket to
+the least-loaded process with SCM_RIGHTS, server/handoff.py), and the two ways it could.
 
     python -m bench balance [--clients 1000] [--cluster medium] [--workers-list 2,4] [--json]
 
 (a) The real daemon with ``ServerWorkers=N`` (a primary serving clients itself plus N-1
-    workers on the port through ``SO_REUSEPORT``) and N Go gob clients: connections per
+    workers it passes sockets to) and N Go gob clients: connections per
     process from the primary's ``/connections`` rows (the ``worker`` field; the primary's
     own rows have none), then one worker is killed and the clients it served connect
     again (a second fleet of as many clients: the Go fleet does not redial), and the
     spread is read again.
-(b) A minimal prototype of the alternative, in both shapes so the rest is equal: N
+(b) A minimal prototype of both ways, in both shapes so the rest is equal: N
     processes each serving the raw-blast gob stream (bench/raw_blast.py) to the same Go
     clients, either each listening on the port with ``SO_REUSEPORT`` or fed by a primary
     process that accepts every connection and hands it with ``socket.send_fds`` over a
@@ -423,7 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     lines = [f"{'':<32} {'initial max/mean':>16} {'stddev':>7} {'after kill':>10} "
              f"{'restarted share':>15} {'accepts/s':>9} {'primary us/accept':>17}"]
-    rows = [(f"ServerWorkers={r['workers']} (SO_REUSEPORT)", r) for r in result["real_server"]]
+    rows = [(f"ServerWorkers={r['workers']} (SCM_RIGHTS)", r) for r in result["real_server"]]
     rows += [(f"prototype {p['mode']} x{p['processes']}", p) for p in result["prototype"]]
     for name, r in rows:
         after = r.get("after_reconnect", {})
