@@ -130,6 +130,7 @@ class Daemon:
         #: Processes serving the port (ServerWorkers after its default); 1 for a worker.
         self.server_workers: int = 1 if upstream is not None else cfg.effective("ServerWorkers")
         self.control = control
+        self._handed: ReceivedSocketListener | None = None
         self.workers: WorkerPool | None = None
         if upstream is not None:
             datastore = Upstream(upstream)  # type: ignore[assignment]
@@ -406,7 +407,8 @@ class Daemon:
                 rows = [*rows, *self.workers.connection_rows()]
             return 200, "application/json", connections_document(
                 replica, rows, version=BUILD_VERSION,
-                limit=self.governor.limit if self.governor is not None else None)
+                limit=self.governor.limit if self.governor is not None else None,
+                accepted=self._handed.accepted if self._handed is not None else None)
         return self.health.handle(path)
 
     async def _freeze_after_sync(self) -> None:
@@ -497,7 +499,8 @@ class Daemon:
                  cfg.server_host or "*", self.listen_port)
         listeners: list[trio.abc.Listener[Any]]
         if self.control is not None:  # a worker: the primary passes it its share
-            listeners = [ReceivedSocketListener(self.control)]
+            self._handed = ReceivedSocketListener(self.control)
+            listeners = [self._handed]
             self.ports["server"] = self.listen_port
         else:
             try:

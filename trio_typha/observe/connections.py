@@ -23,9 +23,13 @@ SKEW_TOLERANCE = 0.2
 
 
 def connections_document(replica: str, rows: list[dict[str, Any]], *, version: str,
-                         limit: int | None) -> bytes:
-    return json.dumps({"replica": replica, "version": version, "connection_limit": limit,
-                       "connections": rows}, sort_keys=True).encode()
+                         limit: int | None, accepted: int | None = None) -> bytes:
+    """``accepted``: a ServerWorkers worker's count of sockets taken from the primary."""
+    doc = {"replica": replica, "version": version, "connection_limit": limit,
+           "connections": rows}
+    if accepted is not None:
+        doc["accepted"] = accepted
+    return json.dumps(doc, sort_keys=True).encode()
 
 
 _COLUMNS = (("REPLICA", "replica"), ("ID", "id"), ("PEER", "peer"), ("HOSTNAME", "hostname"),

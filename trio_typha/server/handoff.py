@@ -19,7 +19,7 @@ import errno
 import logging
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -40,8 +40,8 @@ class Target(Protocol):
     """A worker as the balancer sees it (:class:`~.workers.WorkerState` is one)."""
 
     running: bool
-    connections: list[dict[str, Any]]  # its rows at the pool's last poll
-    passed: int  # sockets passed to it since that poll
+    passed: int  # sockets passed to it since it started (exact: counted here)
+    closed: int  # of those, how many it had closed at the pool's last poll
     control: socket.socket | None  # the primary's end of its control socket
     index: int
 
@@ -63,7 +63,9 @@ class BalancingListener(trio.abc.Listener[trio.SocketStream]):
         while True:
             stream = await self.inner.accept()
             workers = [w for w in self.targets() if w.running and w.control is not None]
-            loads = [self.own()] + [len(w.connections) + w.passed for w in workers]
+            # A worker's load: what it was given less what it reported closed (stale by
+            # up to a poll, so a worker looks busier only by clients already gone).
+            loads = [self.own()] + [w.passed - w.closed for w in workers]
             choice = least_loaded(loads)
             if choice == 0 or not self._pass(stream, workers[choice - 1]):
                 return stream
@@ -100,6 +102,8 @@ class ReceivedSocketListener(trio.abc.Listener[trio.SocketStream]):
         control.setblocking(False)
         self.control = control
         self._received: collections.deque[int] = collections.deque()
+        #: Sockets accepted from here so far (the primary learns its closes from it).
+        self.accepted = 0
 
     async def accept(self) -> trio.SocketStream:
         while not self._received:
@@ -114,6 +118,7 @@ class ReceivedSocketListener(trio.abc.Listener[trio.SocketStream]):
                 raise trio.ClosedResourceError("the primary closed the control socket")
             self._received.extend(fds)
         sock = socket.socket(fileno=self._received.popleft())  # family read from the fd
+        self.accepted += 1
         return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
 
     async def aclose(self) -> None:

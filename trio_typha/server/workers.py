@@ -185,8 +185,10 @@ class WorkerState:
     detail: str = "starting"
     #: The primary's end of the control socket (:mod:`.handoff`) while the process runs.
     control: socket.socket | None = None
-    #: Sockets passed to it since ``connections`` was read.
+    #: Sockets passed to it since it started, and how many of them it had closed when
+    #: last read (its ``accepted`` less its rows; :mod:`.handoff` balances on the difference).
     passed: int = 0
+    closed: int = 0
 
 
 class WorkerPool:
@@ -272,7 +274,7 @@ class WorkerPool:
         finally:
             theirs.close()
         assert proc.stdin is not None and proc.stdout is not None
-        w.control, w.passed, w.connections = ours, 0, []
+        w.control, w.passed, w.closed, w.connections = ours, 0, 0, []
         self._procs[w.index] = proc
         w.pid = proc.pid
         try:
@@ -312,13 +314,13 @@ class WorkerPool:
     async def _read(self, http: httpx.AsyncClient, w: WorkerState) -> None:
         try:
             if w.health_port:
-                passed = w.passed  # these are in the rows read below (near enough)
                 r = await http.get(f"http://127.0.0.1:{w.health_port}/readiness")
                 w.ready = r.status_code == 200
                 w.detail = "" if w.ready else r.text.strip()[:200] or "not ready"
                 c = await http.get(f"http://127.0.0.1:{w.health_port}/connections")
-                w.connections = c.json().get("connections", [])
-                w.passed = max(0, w.passed - passed)
+                doc = c.json()
+                w.connections = doc.get("connections", [])
+                w.closed = max(w.closed, int(doc.get("accepted", 0)) - len(w.connections))
             if w.metrics_port:
                 m = await http.get(f"http://127.0.0.1:{w.metrics_port}/metrics")
                 w.metrics = m.text
