@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 #: The byte each passed socket travels with (a stream message must carry data).
 _TOKEN = b"S"
+#: How long a pass waits for a worker's full control socket before the primary keeps the
+#: connection (the accept loop waits meanwhile: one accept point).
+PASS_WAIT = 0.5
 #: Errors of a pass that mean the worker is gone.
 _GONE_ERRNOS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF})
 
@@ -67,16 +70,27 @@ class BalancingListener(trio.abc.Listener[trio.SocketStream]):
             # up to a poll, so a worker looks busier only by clients already gone).
             loads = [self.own()] + [w.passed - w.closed for w in workers]
             choice = least_loaded(loads)
-            if choice == 0 or not self._pass(stream, workers[choice - 1]):
+            if choice == 0 or not await self._pass(stream, workers[choice - 1]):
                 return stream
 
-    def _pass(self, stream: trio.SocketStream, worker: Target) -> bool:
+    async def _pass(self, stream: trio.SocketStream, worker: Target) -> bool:
         """Hand ``stream``'s socket to ``worker``; False if it stays with the primary."""
-        assert worker.control is not None
+        control = worker.control
+        assert control is not None
         try:
-            socket.send_fds(worker.control, [_TOKEN], [stream.socket.fileno()])
-        except BlockingIOError:
-            return False  # the worker is not taking them: serve it here
+            while True:
+                try:
+                    socket.send_fds(control, [_TOKEN], [stream.socket.fileno()])
+                    break
+                except BlockingIOError:
+                    # A worker busy with a storm's snapshots reads its control socket late;
+                    # wait a little for it rather than keep its share here.
+                    with trio.move_on_after(PASS_WAIT) as waited:
+                        await trio.lowlevel.wait_writable(control)
+                    if waited.cancelled_caught:
+                        return False
+        except trio.BusyResourceError:
+            return False  # another listener (the other address family) waits on it
         except OSError as exc:
             if exc.errno not in _GONE_ERRNOS:
                 raise
