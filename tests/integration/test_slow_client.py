@@ -36,6 +36,16 @@ async def test_stuck_reader_does_not_stall_others(nursery) -> None:
 
     nets = [f"10.{i // 250}.{i % 250}.1/32" for i in range(1000)]
     sets = 800  # ~20 KB each, ~16 MB in all: more than the stuck socket's buffers hold
+    got_all = trio.Event()
+
+    async def read_good() -> None:
+        # Reads all along, as a real agent does: the server streams while the sets are
+        # still being written, and a client that stopped reading would be dropped too.
+        async for _ in good:
+            if sum(k.startswith("/calico/v1/netset/bulk-") for k in good.kvs) >= sets:
+                got_all.set()
+
+    nursery.start_soon(read_good)
     with trio.fail_after(60):
         for i in range(sets):
             store.put({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
@@ -43,9 +53,7 @@ async def test_stuck_reader_does_not_stall_others(nursery) -> None:
             if i % 20 == 0:
                 await trio.lowlevel.checkpoint()
         # The good client sees every set while the stuck one blocks.
-        async for _ in good:
-            if sum(k.startswith("/calico/v1/netset/bulk-") for k in good.kvs) >= sets:
-                break
+        await got_all.wait()
         # The stuck client is dropped once a write has been blocked for the write timeout.
         # (the sessions registry has no change event to wait on, so poll it)
         while any(s.hostname == "stuck" for s in daemon.ctx.sessions.values()):  # noqa: ASYNC110
