@@ -35,6 +35,16 @@ SYSLOG_ADDRESS = "/dev/log"
 _OURS: list[logging.Handler] = []
 
 
+def _add_ours(root: logging.Logger, handler: logging.Handler, formatter: logging.Formatter,
+              level: str) -> int:
+    """Attach a destination we opened (closed by the next setup); returns its level."""
+    handler.setFormatter(formatter)
+    handler.setLevel(_LEVELS.get(level.upper(), logging.INFO))
+    root.addHandler(handler)
+    _OURS.append(handler)
+    return handler.level
+
+
 def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str = "INFO",
                   sys_level: str = "") -> None:
     """Configure the root logger once; levels are Typha severity names ("" turns the file
@@ -58,11 +68,7 @@ def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str =
         except OSError as exc:
             problems.append(f"Failed to open log file {file_path} (LogFilePath): {exc}")
         else:
-            to_file.setFormatter(TyphaFormatter())
-            to_file.setLevel(_LEVELS.get(file_level.upper(), logging.INFO))
-            root.addHandler(to_file)
-            _OURS.append(to_file)
-            levels.append(to_file.level)
+            levels.append(_add_ours(root, to_file, TyphaFormatter(), file_level))
     if sys_level:
         try:
             # SysLogHandler swallows a failed connect; find out first, as Typha reports it.
@@ -74,11 +80,7 @@ def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str =
                             "either set config parameter LogSeveritySys=none or configure a "
                             "local syslog service.")
         else:
-            to_sys.setFormatter(SyslogFormatter())
-            to_sys.setLevel(_LEVELS.get(sys_level.upper(), logging.INFO))
-            root.addHandler(to_sys)
-            _OURS.append(to_sys)
-            levels.append(to_sys.level)
+            levels.append(_add_ours(root, to_sys, SyslogFormatter(), sys_level))
     root.setLevel(min(levels))
     for problem in problems:
         logging.getLogger(__name__).error("%s", problem)
