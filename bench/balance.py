@@ -1,5 +1,5 @@
 """How evenly ServerWorkers spreads clients (the server's primary passes each accepted socket to
-the least-loaded process with SCM_RIGHTS, server/handoff.py), and the two ways it could.
+the least-loaded process with SCM_RIGHTS, workers/handoff.py), and the two ways it could.
 
     python -m bench balance [--clients 1000] [--cluster medium] [--workers-list 2,4] [--json]
 

@@ -22,8 +22,8 @@ from .datastore.memory import StoreError
 from .datastore.seed import SeedError
 from .logs import early_level, setup_logging
 from .model.kv import SYNCER_TYPES
-from .server.tls import TLSFilesError
 from .startup import EXIT_CONFIG, EXIT_TLS_FILES, first_startup_error
+from .tls.server import TLSFilesError
 
 log = logging.getLogger("trio_typha.cli")
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .server.cpus import MAX_DEFAULT_WORKERS, usable_cpus_default
+from .cpus import MAX_DEFAULT_WORKERS, usable_cpus_default
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class Config:
     server_port: int = param("ServerPort", _int(0, 65535), 0, "listen port (0 means 5473)")
     server_host: str = param("ServerHost", _host, "", "listen address (empty: all)")
     # <= 0: the CPUs this process may use (affinity and cgroup cpu.max), at most 8
-    # (server/cpus.py says why); 1: the single-process server.
+    # (cpus.py says why); 1: the single-process server.
     server_workers: int = param(
         "ServerWorkers", _int(None, 64), 0, "processes serving the port: this one (which owns "
         "the datastore watch and the caches) plus ServerWorkers-1 workers fed from it; "

@@ -34,27 +34,15 @@ from .model.kv import SYNCER_TYPES, SyncStatus
 from .model.syncers import DatastoreMode, syncer_definition
 from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
-from .observe.livefeed import FEED_PATH, ReplicaSampler, serve_feed
 from .observe.metrics import Metrics, SyncerMetrics
-from .server import worker_wire
-from .server.connections import ConnectionRegistry
-from .server.context import ServerContext
 from .server.fdlimit import FdShedder, log_nofile_limit
 from .server.governor import Governor
-from .server.handoff import BalancingListener, ReceivedSocketListener
 from .server.listener import ConnectionHandler, Protocols
+from .server.livefeed import FEED_PATH, ReplicaSampler, serve_feed
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
-from .server.settings import ServerSettings
-from .server.tls import ServerTLS, metrics_ssl_context
-from .server.tls_diagnosis import FailureLog
-from .server.workers import (
-    ReplicaPipeline,
-    Upstream,
-    WorkerPool,
-    WorkerState,
-    aggregate_exposition,
-    serve_worker_feed,
-)
+from .sessions.connections import ConnectionRegistry
+from .sessions.context import ServerContext
+from .sessions.settings import ServerSettings
 from .startup import (
     DatastoreUnreachable,
     HttpPortInUse,
@@ -63,6 +51,18 @@ from .startup import (
     port_in_use,
 )
 from .syncer.pipeline import SyncerPipeline
+from .tls.diagnosis import FailureLog
+from .tls.server import ServerTLS, metrics_ssl_context
+from .workers import wire as worker_wire
+from .workers.handoff import BalancingListener, ReceivedSocketListener
+from .workers.pool import (
+    ReplicaPipeline,
+    Upstream,
+    WorkerPool,
+    WorkerState,
+    aggregate_exposition,
+    serve_worker_feed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ class Daemon:
         """``listen_port`` overrides the configured port; 0 picks a free one (tests, benches):
         in Typha's own config, ServerPort 0 means 5473.  ``upstream`` makes this a
         ServerWorkers worker: its caches follow the primary at that Unix socket instead of
-        a datastore (see :mod:`.server.workers`), and ``control`` is where the primary
-        passes it its connections (:mod:`.server.handoff`)."""
+        a datastore (see :mod:`.workers.pool`), and ``control`` is where the primary
+        passes it its connections (:mod:`.workers.handoff`)."""
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
         self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled,

@@ -13,7 +13,7 @@ from trio_typha.protocols.gob.session import ServerSession
 from trio_typha.protocols.grpc.framing import FramingError, MessageDecoder
 from trio_typha.protocols.grpc.h2conn import ConnectionState, H2Core, StreamGone
 from trio_typha.protocols.grpc.status import StatusCode
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 

@@ -28,9 +28,9 @@ from trio_typha.model.kv import SerializedUpdate, SyncStatus
 from trio_typha.protocols.gob.client_session import ClientSession, KVsReceived
 from trio_typha.protocols.gob.shell import serve_gob_connection
 from trio_typha.protocols.grpc.shell import serve_h2_connection
-from trio_typha.server.context import ServerContext
-from trio_typha.server.settings import ServerSettings
-from trio_typha.server.tls_stream import TLSStream
+from trio_typha.sessions.context import ServerContext
+from trio_typha.sessions.settings import ServerSettings
+from trio_typha.tls.stream import TLSStream
 
 BUFFER = 4096
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 import trio
 
-from trio_typha.server.handoff import BalancingListener, ReceivedSocketListener
+from trio_typha.workers.handoff import BalancingListener, ReceivedSocketListener
 
 
 @dataclass

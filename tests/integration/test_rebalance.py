@@ -164,7 +164,7 @@ async def test_sheds_one_per_interval_down_to_the_target_grpc_with_goaway(
                 assert daemon.rebalancer is not None
                 assert daemon.rebalancer.active_target == daemon.governor.limit == 8
                 clients.cancel_scope.cancel()
-    drops = [r for r in caplog.records if r.name == "trio_typha.server.connections"
+    drops = [r for r in caplog.records if r.name == "trio_typha.sessions.connections"
              and "re-balance load" in r.getMessage()]
     assert len(drops) == 2
     assert drops[1].created - drops[0].created >= 0.29

@@ -22,14 +22,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from trio_typha.client import grpc as g
-from trio_typha.client.tls import tls_handshake
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
 from trio_typha.config import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
 from trio_typha.model.kv import SyncStatus
-from trio_typha.server.tls_diagnosis import TLSFailure, enable_capture
+from trio_typha.tls.client import tls_handshake
+from trio_typha.tls.diagnosis import TLSFailure, enable_capture
 
 UTC = datetime.UTC
 

@@ -1,4 +1,4 @@
-"""The server's own TLS stream (server/tls_stream.py) against trio's client TLS, real sockets
+"""The server's own TLS stream (tls/stream.py) against trio's client TLS, real sockets
 and real certificates (trustme): handshake, reads concurrent with writes, the broadcast
 round's send_nowait with its ciphertext carry, clean and unclean ends, garbage."""
 
@@ -11,7 +11,7 @@ import pytest
 import trio
 import trustme
 
-from trio_typha.server.tls_stream import TLSStream
+from trio_typha.tls.stream import TLSStream
 
 BUFFER = 4096
 
@@ -230,7 +230,7 @@ async def test_garbage_after_the_handshake(ca: trustme.CA) -> None:
 
 def test_server_context_refuses_renegotiation(ca: trustme.CA, tmp_path) -> None:
     """A write must never need a read: TLS 1.2 renegotiation is off on the server."""
-    from trio_typha.server.tls import server_ssl_context
+    from trio_typha.tls.server import server_ssl_context
     server = ca.issue_cert("typha-server")
     paths = {name: str(tmp_path / f"{name}.pem") for name in ("cert", "key", "ca")}
     server.cert_chain_pems[0].write_to_path(paths["cert"])

@@ -49,8 +49,8 @@ from trio_typha.protocols.gob.messages import (
     go_text,
 )
 from trio_typha.protocols.gob.shell import serve_gob_connection
-from trio_typha.server.context import ServerContext
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.context import ServerContext
+from trio_typha.sessions.settings import ServerSettings
 
 pytestmark = pytest.mark.go
 

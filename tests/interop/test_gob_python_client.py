@@ -19,8 +19,8 @@ from trio_typha.client.typha import (
 )
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.gob.shell import serve_gob_connection
-from trio_typha.server.context import ServerContext
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.context import ServerContext
+from trio_typha.sessions.settings import ServerSettings
 
 
 def make_ctx(kvs: int = 1200) -> ServerContext:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from trio_typha.protocols.grpc import typha_pb2 as pb
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 TIMERS = ServerSettings(handshake_timeout=5, h2_idle_timeout=30, ping_interval=2,
                         pong_timeout=10, drain_timeout=0.5)

@@ -10,7 +10,7 @@ import trio
 from trio_typha.model.kv import SerializedUpdate, UpdateType
 from trio_typha.protocols.grpc import h2conn, shell
 from trio_typha.protocols.grpc import typha_pb2 as pb
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 FAST_DRAIN = ServerSettings(drain_timeout=0.5)
 

@@ -7,7 +7,7 @@ import trio
 
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.grpc import typha_pb2 as pb
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 SNAPSHOT_KVS = 5000  # x 1 KiB values: > 4 MiB in total, far beyond a 64 KiB window
 

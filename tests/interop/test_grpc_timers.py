@@ -21,8 +21,8 @@ from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus
 from trio_typha.protocols.grpc import typha_pb2 as pb
 from trio_typha.protocols.grpc.shell import GrpcConnection, serve_h2_connection
-from trio_typha.server.context import ServerContext
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.context import ServerContext
+from trio_typha.sessions.settings import ServerSettings
 
 LONG = 10_000.0  # virtual seconds; for timers a test does not exercise
 

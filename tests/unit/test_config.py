@@ -89,7 +89,7 @@ def test_server_settings_defaults_are_the_parameters_defaults() -> None:
     import dataclasses
 
     from trio_typha.config import param_by_flag
-    from trio_typha.server.settings import ServerSettings
+    from trio_typha.sessions.settings import ServerSettings
 
     default = ServerSettings()
     assert ServerSettings.from_config(load_config({})) == default
@@ -112,7 +112,7 @@ def test_server_settings_defaults_are_the_parameters_defaults() -> None:
 ])
 def test_values_at_or_below_zero_get_typhas_builtin_default(name: str, field: str,
                                                             expected: float) -> None:
-    from trio_typha.server.settings import ServerSettings
+    from trio_typha.sessions.settings import ServerSettings
 
     for raw in ("0", "-3"):
         cfg = load_config({f"TYPHA_{name.upper()}": raw})
@@ -121,7 +121,7 @@ def test_values_at_or_below_zero_get_typhas_builtin_default(name: str, field: st
 
 
 def test_pong_timeout_is_renormalized_not_redefaulted() -> None:
-    from trio_typha.server.settings import ServerSettings
+    from trio_typha.sessions.settings import ServerSettings
 
     cfg = load_config({"TYPHA_SERVERPINGINTERVALSECS": "5", "TYPHA_SERVERPONGTIMEOUTSECS": "0"})
     assert ServerSettings.from_config(cfg).pong_timeout == 30.0

@@ -11,7 +11,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from trio_typha.server.connections import Connection, ConnectionRegistry, State
+from trio_typha.sessions.connections import Connection, ConnectionRegistry, State
 
 
 class Gauge:

@@ -1,4 +1,4 @@
-"""ServerWorkers' default: the CPUs this process may use (server/cpus.py, config.py)."""
+"""ServerWorkers' default: the CPUs this process may use (cpus.py, config.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
+from trio_typha import cpus
 from trio_typha.config import load_config
-from trio_typha.server import cpus
 
 
 @pytest.mark.parametrize(("text", "limit"), [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import resource
 
-from trio_typha.server.connections import Connection, Session, State
 from trio_typha.server.fdlimit import raise_nofile_limit, shed_candidate
+from trio_typha.sessions.connections import Connection, Session, State
 
 
 def conn(ident: int, age: float, *, protocol: str = "", state: State | None = None,

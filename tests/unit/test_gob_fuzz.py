@@ -36,7 +36,7 @@ from trio_typha.protocols.gob.messages import (
     make_registry,
 )
 from trio_typha.protocols.gob.session import Close, ServerSession
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 STAMP = GoTime.from_unix_ns(1_700_000_000 * 10**9 + 5, offset=0)

@@ -35,7 +35,7 @@ from trio_typha.protocols.gob.session import (
     StartStreaming,
     collect_batch,
 )
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 SETTINGS = ServerSettings(ping_interval=10, pong_timeout=60, handshake_timeout=10,
                           max_fall_behind=300, new_client_fall_behind_grace=300)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from trio_typha.server.connections import ConnectionRegistry
 from trio_typha.server.governor import Governor, max_conn_limit
+from trio_typha.sessions.connections import ConnectionRegistry
 
 
 @pytest.mark.parametrize(("typhas", "nodes", "expected"), [

@@ -12,7 +12,7 @@ from hyperframe.frame import HeadersFrame, RstStreamFrame
 
 from testbed.hostile import PREFACE, REQUEST
 from trio_typha.protocols.grpc.shell import GrpcConnection
-from trio_typha.server.context import ServerContext
+from trio_typha.sessions.context import ServerContext
 
 
 async def test_send_nowait_to_a_reset_stream_is_refused() -> None:

@@ -16,7 +16,7 @@ from trio_typha.protocols.grpc import typha_pb2 as pb
 from trio_typha.protocols.grpc.framing import MessageDecoder
 from trio_typha.protocols.grpc.session import Phase, SyncSession
 from trio_typha.protocols.grpc.status import GrpcError, StatusCode
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_typha.server.handoff import least_loaded
+from trio_typha.workers.handoff import least_loaded
 
 
 def test_the_smallest_load_wins() -> None:

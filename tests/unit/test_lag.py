@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trio_typha.server.lag import Lag, LagPolicy
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.lag import Lag, LagPolicy
+from trio_typha.sessions.settings import ServerSettings
 
 
 def test_grace_then_drop() -> None:

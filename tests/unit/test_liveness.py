@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from trio_typha.server.liveness import PINGS_REMEMBERED, Liveness
-from trio_typha.server.settings import ServerSettings
+from trio_typha.sessions.liveness import PINGS_REMEMBERED, Liveness
+from trio_typha.sessions.settings import ServerSettings
 
 SETTINGS = ServerSettings(ping_interval=10.0, pong_timeout=60.0)
 

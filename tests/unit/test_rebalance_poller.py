@@ -7,9 +7,9 @@ import logging
 import pytest
 import trio
 
-from trio_typha.server.connections import ConnectionRegistry
 from trio_typha.server.governor import Governor
 from trio_typha.server.rebalance import CountUnavailable, RebalancePoller
+from trio_typha.sessions.connections import ConnectionRegistry
 
 
 class Cluster:

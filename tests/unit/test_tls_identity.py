@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_typha.server.tls import check_peer_identity
+from trio_typha.tls.server import check_peer_identity
 
 CERT = {"subject": ((("commonName", "typha-client"),),),
         "subjectAltName": (("URI", "spiffe://cluster/ns/calico/sa/node"), ("DNS", "x"))}

@@ -1,4 +1,4 @@
-"""The primary's side of the worker feed (server/workers.serve_worker_feed), in memory and in
+"""The primary's side of the worker feed (workers/pool.serve_worker_feed), in memory and in
 virtual time: what a worker reads mirrors the cache, and a worker that stops reading is cut
 off after the write timeout."""
 
@@ -9,8 +9,8 @@ import trio.testing
 
 from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
-from trio_typha.server import worker_wire as wire
-from trio_typha.server.workers import serve_worker_feed
+from trio_typha.workers import wire as wire
+from trio_typha.workers.pool import serve_worker_feed
 
 
 def upd(key: str, value: bytes | None) -> SerializedUpdate:

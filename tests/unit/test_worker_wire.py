@@ -1,4 +1,4 @@
-"""The primary -> worker feed's records (server/worker_wire.py): framing, round trips, and
+"""The primary -> worker feed's records (workers/wire.py): framing, round trips, and
 a worker cache that publishes the primary's breadcrumbs with the primary's bytes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from trio_typha.cache.core import SnapshotCache
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.gob import encode_once as gob
 from trio_typha.protocols.grpc import encode_once as grpc
-from trio_typha.server import worker_wire as wire
+from trio_typha.workers import wire as wire
 
 text = st.text(max_size=40)
 updates = st.builds(

@@ -17,7 +17,8 @@ import trio
 
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..protocols.grpc.status import GrpcError
-from ..server.tls_diagnosis import REASONS, TLSFailure
+from ..tls.client import client_ssl_context
+from ..tls.diagnosis import REASONS, TLSFailure
 from .discovery import (
     Discovery,
     DiscoveryError,
@@ -27,7 +28,6 @@ from .discovery import (
     TyphaAddress,
     parse_address,
 )
-from .tls import client_ssl_context
 from .typha import TyphaClient, TyphaDisconnected
 from .view import SyncView
 

@@ -23,7 +23,7 @@ from ..protocols.grpc.client_session import (
     kv_from_pb,
 )
 from ..protocols.grpc.status import GrpcError, StatusCode
-from .tls import tls_handshake
+from ..tls.client import tls_handshake
 from .view import SyncView
 
 __all__ = ["Finished", "GrpcError", "Header", "StatusChanged", "StatusCode", "SyncEvent",

@@ -40,7 +40,7 @@ from ..protocols.gob.client_session import (
     TyphaProtocolError,
 )
 from ..protocols.gob.messages import MsgServerHello
-from .tls import tls_handshake
+from ..tls.client import tls_handshake
 
 __all__ = [
     "Batch", "Connected", "DecoderRestarted", "Disconnected", "KVsReceived", "PingAnswered",

@@ -1,7 +1,7 @@
 """``GET /connections`` and the ``trio-typha connections`` table (pure).
 
 The server answers with one JSON document per replica: who it is, and one row per client
-session (from :meth:`~trio_typha.server.connections.ConnectionRegistry.snapshot`).  The
+session (from :meth:`~trio_typha.sessions.connections.ConnectionRegistry.snapshot`).  The
 command line fetches it from one or more replicas and renders the rows, then the spread of
 connections over replicas and syncer types, flagging skew: the question load sharing between Typha replicas asks of a
 Typha fleet ("which calico-node is connected where, and is the load even?").

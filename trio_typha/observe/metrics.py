@@ -102,7 +102,7 @@ class Metrics:
             "built, by encoding (each is built once per breadcrumb; ServerWorkers workers "
             "send the primary's and build none).", ["encoding"], registry=r)
         from ..cache.core import MEMO_BUILDS
-        from ..server.worker_wire import ENCODINGS
+        from ..workers.wire import ENCODINGS
         for e in ENCODINGS:
             self.encodings_built.labels(encoding=e.name).set_function(
                 partial(MEMO_BUILDS.__getitem__, e.memo_key))
@@ -130,7 +130,7 @@ class Metrics:
             "typha_log_errors", "Number of errors encountered while logging.", registry=r)
         self.watch_ages = WatchAges()
         r.register(self.watch_ages)
-        from ..server.tls_diagnosis import REASONS
+        from ..tls.diagnosis import REASONS
         for reason in REASONS:
             self.tls_handshake_failures.labels(reason=reason)
         for syncer in SYNCER_TYPES:

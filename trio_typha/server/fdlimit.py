@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import trio
 
 from ..observe.throttle import LogThrottle, held_back
-from .connections import Connection, ConnectionRegistry, State
+from ..sessions.connections import Connection, ConnectionRegistry, State
 
 log = logging.getLogger(__name__)
 

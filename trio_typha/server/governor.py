@@ -15,7 +15,7 @@ from collections.abc import Callable
 import trio
 
 from ..observe.health import Heartbeat
-from .connections import ConnectionRegistry
+from ..sessions.connections import ConnectionRegistry
 
 log = logging.getLogger(__name__)
 

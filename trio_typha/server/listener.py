@@ -16,19 +16,19 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..observe.throttle import held_back
-from .connections import Connection
-from .context import ServerContext
-from .sniff import SNIFF_BYTES, Wire, classify, http1_response, rejection_reason
-from .tls import ServerTLS, check_peer_identity, peer_identity
-from .tls_diagnosis import (
+from ..sessions.connections import Connection
+from ..sessions.context import ServerContext
+from ..tls.diagnosis import (
     IDENTITY_MISMATCH,
     PLAINTEXT_TO_TLS_PORT,
     TLS_TO_PLAINTEXT_PORT,
     FailureLog,
     capturing,
 )
-from .tls_diagnosis import classify as classify_tls_failure
-from .tls_stream import TLSStream
+from ..tls.diagnosis import classify as classify_tls_failure
+from ..tls.server import ServerTLS, check_peer_identity, peer_identity
+from ..tls.stream import TLSStream
+from .sniff import SNIFF_BYTES, Wire, classify, http1_response, rejection_reason
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ConnectionHandler:
     """Per accepted socket: TLS, identity check and sniffing within the handshake timeout,
     then the protocol's session (a :data:`~.connections.Handler` for the registry).
 
-    Every failed TLS handshake is classified (:mod:`.tls_diagnosis`) and reported through
+    Every failed TLS handshake is classified (:mod:`trio_typha.tls.diagnosis`) and reported through
     ``failures``: a client speaking plaintext to the TLS port is told from its first bytes
     (peeked, so nothing is consumed) before the handshake, TLS to the plaintext port by
     :func:`sniff`.
@@ -164,7 +164,7 @@ class ConnectionHandler:
         """TLS handshake and identity check; None (reported) if either fails."""
         assert self.tls is not None
         context = self.tls.current() if isinstance(self.tls, ServerTLS) else self.tls
-        # Our own TLS stream, so the broadcast round can write to it (.tls_stream).
+        # Our own TLS stream, so the broadcast round can write to it (tls/stream.py).
         tls = TLSStream(sock, context)
         with capturing() as certificates:
             try:

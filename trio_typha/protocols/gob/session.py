@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from ...cache.core import Breadcrumb
 from ...model.kv import SyncStatus
-from ...server.lag import Lag, LagPolicy
-from ...server.liveness import Liveness
-from ...server.settings import ServerSettings
+from ...sessions.lag import Lag, LagPolicy
+from ...sessions.liveness import Liveness
+from ...sessions.settings import ServerSettings
 from . import encode_once, snappy
 from .codec import NEED_DATA, Decoder, GobError
 from .gotime import GoTime

@@ -32,10 +32,10 @@ from ...cache.core import Breadcrumb
 from ...cache.fanout import Owner, Seat
 from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
-from ...server.connections import Connection
-from ...server.context import ServerContext
-from ...server.nowait import NowaitSender, nowait_sender
-from ...server.session_metrics import SessionReport
+from ...sessions.connections import Connection
+from ...sessions.context import ServerContext
+from ...sessions.nowait import NowaitSender, nowait_sender
+from ...sessions.session_metrics import SessionReport
 from ..hello import log_hello
 from . import encode_once
 from .gotime import GoTime

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from ...cache.core import Breadcrumb
 from ...model.kv import SYNCER_TYPES, SyncStatus
-from ...server.lag import Lag, LagPolicy
-from ...server.liveness import Liveness
-from ...server.settings import ServerSettings
+from ...sessions.lag import Lag, LagPolicy
+from ...sessions.liveness import Liveness
+from ...sessions.settings import ServerSettings
 from . import encode_once
 from . import typha_pb2 as pb
 from .status import GrpcError, StatusCode

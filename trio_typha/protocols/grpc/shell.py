@@ -25,9 +25,9 @@ import trio.lowlevel
 from h2.errors import ErrorCodes
 
 from ...observe.throttle import held_back
-from ...server.connections import Connection
-from ...server.context import ServerContext
-from ...server.nowait import nowait_sender
+from ...sessions.connections import Connection
+from ...sessions.context import ServerContext
+from ...sessions.nowait import nowait_sender
 from . import h2conn as core
 from .encode_once import SYNC_PATH
 from .metadata import Headers, HttpError, http_error, parse_request

@@ -26,9 +26,9 @@ from ...cache.core import Breadcrumb
 from ...cache.fanout import Seat
 from ...cache.feed import CacheFeed
 from ...observe.metrics import SyncerMetrics
-from ...server.connections import Connection, Session, State
-from ...server.context import ServerContext
-from ...server.session_metrics import SessionReport
+from ...sessions.connections import Connection, Session, State
+from ...sessions.context import ServerContext
+from ...sessions.session_metrics import SessionReport
 from ..hello import log_hello
 from . import encode_once
 from .session import SyncSession

@@ -28,7 +28,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from ..cache.core import Breadcrumb
 from ..cache.feed import CacheFeed
-from ..server.connections import ConnectionRegistry, State
+from ..sessions.connections import ConnectionRegistry, State
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ reader never writes.  Pings guarantee such a write within the ping interval.
 
 SSL errors become :class:`trio.BrokenResourceError` with the :class:`ssl.SSLError` as
 ``__cause__`` here, at this one boundary, as with ``trio.SSLStream``, so the listener's TLS
-failure classification (:mod:`.tls_diagnosis`) reads the same errors.  The exception is
+failure classification (:mod:`.diagnosis`) reads the same errors.  The exception is
 :meth:`send_nowait`, whose contract is the round's (``os.write``'s): it raises ``OSError``
 (``ssl.SSLError`` is one) for a broken connection.
 """

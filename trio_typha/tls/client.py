@@ -3,7 +3,7 @@
 As Calico's clients do, the chain is verified against the CA file but the host name is not:
 the identity that counts is the server certificate's CN or URI SAN (either one matching
 when both are expected).  Every failure raises :class:`TLSFailure` with the same reasons the
-server logs (:mod:`trio_typha.server.tls_diagnosis`).
+server logs (:mod:`trio_typha.tls.diagnosis`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import ssl
 
 import trio
 
-from ..server.tls import check_peer_identity
-from ..server.tls_diagnosis import (
+from .diagnosis import (
     IDENTITY_MISMATCH,
     TLSFailure,
     capturing,
     classify,
     enable_capture,
 )
+from .server import check_peer_identity
 
 
 def client_ssl_context(ca_file: str | None, cert_file: str | None = None,

@@ -4,7 +4,7 @@ With ``ServerWorkers=N`` (N > 1) the daemon (the *primary*) keeps the one datast
 the pipelines and the caches, and serves clients itself; N - 1 worker processes serve a
 share of the connections: the primary alone listens on the port and passes each new
 socket to the least-loaded process over its control socket (:mod:`.handoff`).  Each worker mirrors the primary's caches from
-a private feed on a Unix socket, one connection per syncer type (:mod:`.worker_wire`): per
+a private feed on a Unix socket, one connection per syncer type (:mod:`.wire`): per
 breadcrumb the updates, so it builds its own snapshots, and the primary's encodings of it,
 which its clients are sent as they are; it never watches the datastore and encodes no
 delta.  The primary supervises them: a worker that dies
@@ -38,7 +38,7 @@ import trio
 from ..cache.build import THREAD_BUILD_SIZE
 from ..cache.feed import CacheFeed
 from ..model.kv import SyncStatus
-from . import worker_wire as wire
+from . import wire
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class Upstream:
 
 
 def worker_main() -> None:
-    """``python -m trio_typha.server.workers``: a worker process (started by the primary)."""
+    """``python -m trio_typha.workers.pool``: a worker process (started by the primary)."""
     from ..daemon import Daemon
     from ..logs import setup_logging
     size = struct.unpack("!I", sys.stdin.buffer.read(4))[0]
@@ -266,7 +266,7 @@ class WorkerPool:
                              "port": self.port, "control": theirs.fileno()})
         try:
             proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "trio_typha.server.workers"],
+                [sys.executable, "-m", "trio_typha.workers.pool"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()

@@ -1,7 +1,7 @@
 """The broadcast round's non-blocking write, for the streams that have one.
 
 :func:`nowait_sender` gives a connection's shell what its broadcast seat writes through:
-``os.write`` on the socket for plain TCP, :meth:`.tls_stream.TLSStream.send_nowait` for TLS
+``os.write`` on the socket for plain TCP, :meth:`trio_typha.tls.stream.TLSStream.send_nowait` for TLS
 (encrypt, then one non-blocking send; the ciphertext the kernel does not take is *owed*,
 and the seat goes back to its writer, which sends it first under its write timeout).
 """
@@ -13,7 +13,7 @@ from typing import Protocol
 
 import trio
 
-from .tls_stream import TLSStream
+from ..tls.stream import TLSStream
 
 
 class NowaitSender(Protocol):

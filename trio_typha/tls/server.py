@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import ConfigError
-from .tls_diagnosis import enable_capture
+from .diagnosis import enable_capture
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = minimum
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
-    # No TLS 1.2 renegotiation: a write must never need a read (tls_stream.TLSStream).
+    # No TLS 1.2 renegotiation: a write must never need a read (stream.TLSStream).
     ctx.options |= ssl.OP_NO_RENEGOTIATION
     if ciphers:
         ctx.set_ciphers(ciphers)
@@ -177,7 +177,7 @@ class ServerTLS:
 def describe_chain(cert_file: str) -> str:
     from cryptography import x509
 
-    from .tls_diagnosis import describe
+    from .diagnosis import describe
     try:
         with open(cert_file, "rb") as fh:
             cert = x509.load_pem_x509_certificate(fh.read())
