@@ -533,3 +533,44 @@ async def test_an_absent_kind_is_never_reported_stale(server: ApiServer) -> None
         states = {s.name: s for s in ds.watches.states()}
         assert not states["felix/ippools"].stale and not states["felix/pods"].stale
         nursery.cancel_scope.cancel()
+
+
+async def test_namespaces_and_service_accounts_are_listed_as_go_s_profile_client_does(
+        server: ApiServer) -> None:
+    """Calico v3.32.1 reads both through its profile client
+    (``libcalico-go/lib/backend/k8s/resources/profile.go``): the watcher cache's first
+    revision "0" splits into two empty ones (``SplitProfileRevision``,
+    ``k8s/conversion/conversion.go``), ``listOptionsToK8sListOptions``
+    (``k8s/resources/list_pager.go``) adds ``resourceVersionMatch`` only with a
+    resourceVersion, and client-go's pager asks for ``limit=500`` and sends continue pages
+    with the token alone.  So each list is a consistent read: ``limit`` and nothing else.
+    The watches ask for bookmarks from the list's resourceVersion, as
+    ``watchOptionsToK8sListOptions`` (``k8s/resources/resources.go``) does."""
+    for i in range(4):
+        server.store.create(K.NAMESPACE, {"metadata": {"name": f"ns{i}"}})
+        server.store.create(K.SERVICE_ACCOUNT, {"metadata": {"name": "default",
+                                                             "namespace": f"ns{i}"}})
+    log = RequestLog(server)
+    reads = server.api.list_reads["storage"]
+    async with watching(server, [K.NAMESPACE, K.SERVICE_ACCOUNT]) as recv:
+        await take(recv, 2, lambda e: isinstance(e, KindSynced))
+        await log.watch_from(K.NAMESPACE, server.store.revision)
+        await log.watch_from(K.SERVICE_ACCOUNT, server.store.revision)
+        for kind in (K.NAMESPACE, K.SERVICE_ACCOUNT):
+            first, *rest = log.lists(kind)
+            assert first == {"limit": "3"}
+            assert rest and all(q.keys() == {"limit", "continue"} for q in rest)
+            (watch,) = log.watches(kind)
+            assert watch.keys() == {"watch", "resourceVersion", "allowWatchBookmarks",
+                                    "timeoutSeconds"}
+            assert watch["allowWatchBookmarks"] == "true"
+        # Consistent reads are quorum reads of etcd, not the watch cache.
+        assert server.api.list_reads["storage"] - reads == sum(
+            len(log.lists(k)) for k in (K.NAMESPACE, K.SERVICE_ACCOUNT))
+        # After a 410 they are listed the same way again.
+        server.store.create(K.NAMESPACE, {"metadata": {"name": "later"}})
+        server.compact()
+        log.requests.clear()
+        server.drop_watches()
+        await log.wait_until(lambda: len(log.lists(K.NAMESPACE)) >= 1)
+        assert log.lists(K.NAMESPACE)[0] == {"limit": "3"}

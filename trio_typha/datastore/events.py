@@ -21,9 +21,10 @@ class ResourceEvent:
     name: str
     obj: Mapping[str, Any] | None  # None: the object is gone
     revision: str
-    #: it came from a watch event rather than a list (KDD profiles differ, see
-    #: :meth:`~trio_typha.model.syncers.SyncerDefinition.watched_v3_resource_version`)
-    watched: bool = False
+    #: the resourceVersion Calico's KDD profile watcher writes into the v3 Profile it
+    #: derives from this watched Namespace or ServiceAccount (:mod:`.k8s_profile_watch`);
+    #: None for everything else, listed objects included
+    profile_stamp: str | None = None
 
     @property
     def deleted(self) -> bool:

@@ -159,17 +159,20 @@ class KubeApi:
         other than ``items`` (``metadata``...), and the items, each decoded only when the
         iterator reaches it (:func:`.k8s_listbody.split_list`).
 
-        As Calico's paged list (client-go's pager): the first page asks for
-        ``resource_version`` with ``resourceVersionMatch=NotOlderThan`` ("0": any), which
-        kube-apiserver serves from its watch cache rather than a quorum read of etcd (whole,
-        where the cache cannot paginate); continuation pages send only the token.
+        As Calico's paged list (``listOptionsToK8sListOptions`` in
+        ``libcalico-go/lib/backend/k8s/resources/list_pager.go``, then client-go's pager):
+        the first page asks for ``resource_version`` with
+        ``resourceVersionMatch=NotOlderThan`` ("0": any), which kube-apiserver serves from
+        its watch cache rather than a quorum read of etcd (whole, where the cache cannot
+        paginate); an empty ``resource_version`` sends neither (a consistent read);
+        continuation pages send only the token.
         """
         params: dict[str, str] = {}
         if limit:
             params["limit"] = str(limit)
         if continue_token:
             params["continue"] = continue_token
-        else:
+        elif resource_version:
             params["resourceVersion"] = resource_version
             params["resourceVersionMatch"] = "NotOlderThan"
         path = resource_path(kind)

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ..model.kinds import ResourceKind
 from .events import DatastoreEvent, KindSynced, ResourceEvent
+from .k8s_profile_watch import ProfileStamps, is_profile_source
 from .k8s_stream import MalformedResponse, StatusInfo, WatchEvent
 from .known import KnownObjects
 
@@ -29,13 +30,18 @@ class WatchErrorEvent(Exception):
 class KindReflector:
     """List-watch state of one resource kind (pure)."""
 
-    def __init__(self, kind: ResourceKind) -> None:
+    def __init__(self, kind: ResourceKind, *, profile: ProfileStamps | None = None) -> None:
         self.kind = kind
         self.known = KnownObjects(kind)
         self.resume_rv: str | None = None  # None: list before watching
+        #: Calico's profile watcher state, shared by the Namespace and ServiceAccount
+        #: reflectors of one watch (None: this kind's watch events carry no stamp)
+        self.profile = profile if profile is not None and is_profile_source(kind) else None
+        self._fresh_list_rv = "" if is_profile_source(kind) else "0"
         #: the resourceVersion a (re)list asks for, NotOlderThan: "0" (anything) at first
-        #: and after a 410, otherwise the last one seen, as Calico's watcher cache does
-        self.list_rv = "0"
+        #: and after a 410, otherwise the last one seen, as Calico's watcher cache does;
+        #: "" (a consistent read) instead of "0" for Calico's profile sources
+        self.list_rv = self._fresh_list_rv
         self.synced = False
 
     def listed(self, items: Iterable[Mapping[str, Any]], list_rv: str) -> list[DatastoreEvent]:
@@ -93,23 +99,35 @@ class KindReflector:
     def expire(self, *, gone: bool = True) -> None:
         """The next step is a full list: the resume point is gone (410, ``gone``), or the
         watch keeps failing there (the list then asks for no older state than it)."""
-        self.list_rv = "0" if gone or self.resume_rv is None else self.resume_rv
+        self.list_rv = (self._fresh_list_rv if gone or self.resume_rv is None
+                        else self.resume_rv)
         self.resume_rv = None
+
+    def watch_started(self) -> None:
+        """A watch stream of this kind was accepted: for a profile source, Calico's profile
+        watcher starts afresh (either of its streams ending restarts both)."""
+        if self.profile is not None:
+            self.profile.restart()
 
     def watched(self, event: WatchEvent) -> list[DatastoreEvent]:
         """Apply one watch event; raises :class:`WatchErrorEvent` for ``ERROR``."""
         if event.type == "ERROR":
             raise WatchErrorEvent(StatusInfo.from_object(event.object))
         if event.type == "BOOKMARK":
+            if self.profile is not None:
+                self.profile.bookmark(self.kind, event.resource_version)
             # Nothing changed for us up to this revision: resume from here.
             if event.resource_version:
                 self.resume_rv = event.resource_version
             return []
         ns, name, rev = self._identify(event.object)
+        # Calico's profile watcher stamps every event, even one its cache then drops.
+        stamp = None if self.profile is None else self.profile.stamp(self.kind)
         if event.type == "DELETED":
             ev: ResourceEvent | None = self.known.delete(ns, name, rev)
         else:
-            ev = self.known.upsert(ns, name, self.complete(event.object), rev, watched=True)
+            ev = self.known.upsert(ns, name, self.complete(event.object), rev,
+                                   profile_stamp=stamp)
         self.resume_rv = rev
         return [] if ev is None else [ev]
 

@@ -42,6 +42,7 @@ from ..model.kinds import ResourceKind
 from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
 from .k8s_api import ApiError, KubeApi
+from .k8s_profile_watch import ProfileStamps
 from .k8s_reflector import KindReflector, WatchErrorEvent
 from .k8s_stream import MalformedResponse
 from .stall import DEFAULT_DEADLINE, StallCheck, WatchStalled, probe_window
@@ -73,13 +74,14 @@ class KindWatcher:
     def __init__(self, api: KubeApi, kind: ResourceKind,
                  send: trio.MemorySendChannel[DatastoreEvent], *,
                  tuning: WatchTuning, random: Callable[[], float],
-                 check: StallCheck | None = None, stream: str = "") -> None:
+                 check: StallCheck | None = None, stream: str = "",
+                 profile: ProfileStamps | None = None) -> None:
         self.api = api
         self.kind = kind
         self.stream = stream or kind.plural
         self.check = check or StallCheck(tuning.stall_deadline, trio.current_time())
         self.tuning = tuning
-        self.reflector = KindReflector(kind)
+        self.reflector = KindReflector(kind, profile=profile)
         self._send = send
         self._random = random
         self._backoff = Backoff(initial=tuning.backoff_initial, maximum=tuning.backoff_max,
@@ -107,7 +109,7 @@ class KindWatcher:
                 await self._not_served()
             else:
                 if exc.expired:  # the revision asked for is gone (or too new): any will do
-                    self.reflector.list_rv = "0"
+                    self.reflector.expire()
                 await self._failed("list", exc)
             return
         except _TRANSIENT as exc:
@@ -186,6 +188,7 @@ class KindWatcher:
         try:
             async with self.api.watch(self.kind, resource_version=start_rv,
                                       timeout_seconds=timeout) as events:
+                self.reflector.watch_started()
                 await self._recovered()
                 self.check.progressed(trio.current_time())
                 failure: list[Exception] = []

@@ -34,13 +34,13 @@ class KnownObjects:
         return self._revisions.get((namespace, name))
 
     def upsert(self, namespace: str, name: str, obj: Mapping[str, Any],
-               revision: str, *, watched: bool = False) -> ResourceEvent | None:
+               revision: str, *, profile_stamp: str | None = None) -> ResourceEvent | None:
         """An object was listed or watched; None if it was already sent at this revision."""
         key = (namespace, name)
         if self._revisions.get(key) == revision:
             return None
         self._revisions[key] = revision
-        return ResourceEvent(self.kind, namespace, name, obj, revision, watched)
+        return ResourceEvent(self.kind, namespace, name, obj, revision, profile_stamp)
 
     def delete(self, namespace: str, name: str, revision: str) -> ResourceEvent | None:
         """An object is gone; None if we never sent it."""

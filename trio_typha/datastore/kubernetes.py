@@ -28,6 +28,7 @@ from ..model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, ResourceKind
 from .base import DatastoreEvent
 from .k8s_api import ApiError, KubeApi, served_groups_blocking
 from .k8s_config import KubeClientConfig, load_kube_client_config
+from .k8s_profile_watch import ProfileStamps
 from .k8s_stream import MalformedResponse
 from .k8s_watch import KindWatcher, WatchTuning
 from .stall import WatchBoard
@@ -129,8 +130,10 @@ class KubernetesDatastore:
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """One list-watch loop per kind, named ``<name>/<plural>`` in :attr:`watches`;
-        started once every loop has started."""
+        started once every loop has started.  The Namespace and ServiceAccount loops share
+        the state of Calico's profile watcher (:mod:`.k8s_profile_watch`)."""
         watchers = []
+        profile = ProfileStamps()
         try:
             async with trio.open_nursery() as nursery:
                 for kind in kinds:
@@ -138,7 +141,7 @@ class KubernetesDatastore:
                     watcher = KindWatcher(
                         self.api, kind, send, tuning=self.tuning, random=self._random,
                         check=self.watches.add(stream, self.tuning.stall_deadline),
-                        stream=stream)
+                        stream=stream, profile=profile)
                     watchers.append(watcher)
                     await nursery.start(watcher.run)
                 task_status.started()

@@ -75,19 +75,17 @@ class SyncerDefinition:
             return f"/{revision}"
         return revision
 
-    def watched_v3_resource_version(self, kind: ResourceKind, key: str,
-                                    v3_resource_version: str) -> str:
-        """The V3ResourceVersion Typha sends for the KV ``key`` derived from a *watched*
-        object.
+    def stamped_v3_resource_version(self, kind: ResourceKind, key: str,
+                                    v3_resource_version: str, stamp: str) -> str:
+        """The V3ResourceVersion Typha sends for the KV ``key`` derived from a Namespace or
+        ServiceAccount that Calico's KDD profile watcher stamped with ``stamp``
+        (``trio_typha.datastore.k8s_profile_watch``).
 
-        Calico's KDD profile watcher stamps each Profile it derives from a Namespace or
-        ServiceAccount event with the joined resourceVersions of the profiles it saw last,
-        which the conversion left empty: ``"/"`` (a listed profile keeps ``""``).  Only the
-        v3 Profile value carries a resourceVersion, so only its KV changes.
+        Only the v3 Profile value carries a resourceVersion, so only its KV takes the stamp;
+        the labels and rules keys keep what the conversion gave them.
         """
-        if (kind in (K.NAMESPACE, K.SERVICE_ACCOUNT) and v3_resource_version == ""
-                and key.startswith(RESOURCE_KEY_PREFIX)):
-            return "/"
+        if kind in (K.NAMESPACE, K.SERVICE_ACCOUNT) and key.startswith(RESOURCE_KEY_PREFIX):
+            return stamp
         return v3_resource_version
 
 

@@ -24,10 +24,6 @@ SourceKey = tuple[ResourceKind, str, str]  # kind, namespace, name
 DerivedKeys = str | tuple[str, ...]
 
 
-def _as_listed(kind: ResourceKind, key: str, v3_resource_version: str) -> str:
-    return v3_resource_version
-
-
 class SourceTracker:
     """Per syncer type: the derived keys of every source object seen so far."""
 
@@ -71,11 +67,12 @@ class SourceTracker:
             for kv in converted:
                 new[kv.key] = kv
         revision = self.definition.source_revision(event.kind, event.revision)
-        v3rv = (self.definition.watched_v3_resource_version if event.watched
-                else _as_listed)
+        stamp = event.profile_stamp
         updates = [
             SerializedUpdate(key, kv.value, revision,
-                             v3rv(event.kind, key, kv.v3_resource_version),
+                             kv.v3_resource_version if stamp is None else
+                             self.definition.stamped_v3_resource_version(
+                                 event.kind, key, kv.v3_resource_version, stamp),
                              update_type=UpdateType.UPDATED if key in was else UpdateType.NEW)
             for key, kv in new.items()
         ]
