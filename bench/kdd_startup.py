@@ -109,7 +109,7 @@ async def churn(server: Any, pods: list[tuple[str, str]], rng: random.Random, la
 # --- the measuring side ----------------------------------------------------------------------
 
 async def measure(size: str, args: argparse.Namespace, *, do_churn: bool) -> dict[str, Any]:
-    from trio_typha.config import load_config
+    from trio_typha.config import Config, load_config
     from trio_typha.daemon import Daemon
     from trio_typha.datastore.k8s_config import load_kube_client_config
     from trio_typha.datastore.kubernetes import open_kubernetes_datastore
@@ -126,7 +126,7 @@ async def measure(size: str, args: argparse.Namespace, *, do_churn: bool) -> dic
     cfg = load_config({}, overrides={
         "DatastoreType": "kubernetes", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
         "ShutdownTimeoutSecs": "2", "ShutdownConnectionDropIntervalMaxSecs": "0.05"})
-    kube = load_kube_client_config({"KUBECONFIG": serving["kubeconfig"]})
+    kube = load_kube_client_config(Config(kubeconfig=serving["kubeconfig"]))
     async with open_kubernetes_datastore(kube) as ds, trio.open_nursery() as nursery:
         daemon = Daemon(cfg, datastore=ds, listen_port=0)  # ServerPort 0 would be 5473
         synced: dict[str, float] = {}

@@ -290,11 +290,12 @@ class AgentGroup:
                   ) -> None:
         kube = None
         if not self.discovery.static and not self.discovery.srv_name:
+            from trio_typha.config import Config, environment_config
             from trio_typha.datastore.k8s_api import KubeApi
             from trio_typha.datastore.k8s_config import load_kube_client_config
-            env = {"KUBECONFIG": self.discovery.kubeconfig} if self.discovery.kubeconfig \
-                else None
-            kube = KubeApi(load_kube_client_config(env), request_timeout=10.0)
+            settings = (Config(kubeconfig=self.discovery.kubeconfig)
+                        if self.discovery.kubeconfig else environment_config())
+            kube = KubeApi(load_kube_client_config(settings), request_timeout=10.0)
         try:
             async with trio.open_nursery() as nursery:
                 for i, spec in enumerate(self.specs):

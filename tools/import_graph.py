@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: those in its own layer's predecessors only; packages in one layer do not import each
 #: other. docs/architecture.md ("Layers") says the same in prose.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("backoff", "cpus", "logs", "startup"),
+    ("backoff", "logs", "startup"),
     ("model",),
     ("config",),
-    ("tls",),
+    ("cpus", "tls"),
     ("datastore", "cache"),
     ("observe",),
     ("syncer",),

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import trio
 
 from . import BUILD_VERSION
-from .config import ConfigError, help_table, load_config
+from .config import ConfigError, early_log_level, help_table, load_config
 from .datastore.memory import StoreError
 from .datastore.seed import SeedError
-from .logs import early_level, setup_logging
+from .logs import setup_logging
 from .model.kv import SYNCER_TYPES
 from .startup import EXIT_CONFIG, EXIT_TLS_FILES, first_startup_error
 from .tls.server import TLSFilesError
@@ -177,7 +177,7 @@ def _client(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    setup_logging(early_level())
+    setup_logging(early_log_level())
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":

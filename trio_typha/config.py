@@ -5,6 +5,14 @@ Parameters keep Typha's names (``TYPHA_<NAME>``, case-insensitive; INI config fi
 config file, environment, command-line flags.  Unlike Typha, which replaces an invalid value
 with the default and carries on, an invalid value here is a :class:`ConfigError` naming the
 variable and the accepted values, and the CLI exits non-zero: an operator learns at once.
+
+The variables Typha reads outside its own ``TYPHA_*`` parameters are declared here too, each
+under its own variable names and read from the environment only (not the config file):
+Calico's client environment for the Kubernetes API (libcalico-go/lib/apiconfig/apiconfig.go,
+each name tried with the ``CALICO_`` prefix first, as ``envconfig.Process("calico")``),
+``TLS_MIN_VERSION`` / ``TLS_CIPHER_SUITES`` (crypto/pkg/tls/tls.go, read by Typha's sync
+server) and ``FELIX_INTERFACEPREFIX`` (libcalico-go/lib/backend/k8s/conversion/
+workload_endpoint_default.go).  This module is the only one that reads the environment.
 """
 
 from __future__ import annotations
@@ -14,13 +22,14 @@ import dataclasses
 import logging
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from .cpus import MAX_DEFAULT_WORKERS, usable_cpus_default
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_CONFIG_FILE = "/etc/calico/typha.cfg"
 
@@ -111,18 +120,80 @@ def _file_must_exist(raw: str) -> str:
     return raw
 
 
-_ENDPOINT_RE = re.compile(r"^(https?)://[^/@?#:]+(:\d+)?/?$")
+def _endpoint(text: str) -> str:
+    url = urllib.parse.urlsplit(text)
+    if url.scheme not in ("http", "https"):
+        raise ValueError(f"{text!r}: scheme must be http or https")
+    if not url.hostname:
+        raise ValueError(f"{text!r}: no host")
+    try:
+        url.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise ValueError(f"{text!r}: invalid port") from None
+    if url.username is not None or url.query or url.fragment or url.path not in ("", "/"):
+        raise ValueError(f"{text!r}: expected http(s)://hostname:port only (no user info, "
+                         "path, query or fragment)")
+    return f"{url.scheme}://{url.netloc}/"
 
 
 def _endpoint_list(raw: str) -> tuple[str, ...]:
-    out = []
-    for part in (p.strip() for p in raw.split(",")):
-        if not part:
-            continue
-        if not _ENDPOINT_RE.match(part):
-            raise ValueError("expected comma-separated http(s)://host:port URLs")
-        out.append(part.rstrip("/") + "/")
-    return tuple(out)
+    """Typha's ``endpoint-list``: comma-separated ``http(s)://host:port`` URLs, each given a
+    ``/`` path; empty entries are skipped (typha/pkg/config/param_types.go)."""
+    return tuple(_endpoint(part) for part in (p.strip() for p in raw.split(",")) if part)
+
+
+#: Typha's ``authority`` (typha/pkg/config/config_params.go, AuthorityRegexp), with a
+#: port that TCP can use.
+_AUTHORITY_RE = re.compile(r"^[^:/]+:(\d+)$")
+
+
+def _authority(raw: str) -> str:
+    match = _AUTHORITY_RE.match(raw)
+    if not match or not 0 < int(match.group(1)) < 65536:
+        raise ValueError("expected host:port (an IPv6 address needs EtcdEndpoints)")
+    return raw
+
+
+#: What ``TLS_CIPHER_SUITES`` accepts: Calico's supported suites by Go name
+#: (crypto/pkg/tls/tls.go: its TLS 1.3, TLS 1.2 and legacy lists), each with its OpenSSL
+#: name; None for a TLS 1.3 suite, which OpenSSL (like Go) does not let a program choose.
+CIPHER_SUITES: Mapping[str, str | None] = {
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    # Calico's legacy suites: accepted when named, never a default.
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+}
+#: Calico's default: every suite but the legacy ones (DefaultCiphers).
+DEFAULT_CIPHER_SUITES = tuple(CIPHER_SUITES)[:-2]
+
+
+def _cipher_suites(raw: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    unknown = [n for n in names if n not in CIPHER_SUITES]
+    if unknown:
+        raise ValueError(f"unsupported cipher suite(s) {', '.join(unknown)}; expected Go "
+                         f"names such as {DEFAULT_CIPHER_SUITES[3]}")
+    return names or DEFAULT_CIPHER_SUITES
+
+
+#: The most processes ServerWorkers' default starts.  Each worker holds its own copy of
+#: the KV map and builds its own snapshots (tens of MiB on a large cluster), and the
+#: primary alone watches the datastore, runs the pipelines, encodes every breadcrumb and
+#: writes it to every worker: past about eight processes the primary's one core is the
+#: limit and more workers only cost memory.  Typha's usual share is a few hundred nodes
+#: per replica, which eight processes serve with room to spare.
+MAX_DEFAULT_WORKERS = 8
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -142,10 +213,13 @@ class Param:
     #: callable is asked then: a default that depends on the machine).
     fallback: Any = None
     own: bool = False  # trio-typha's own parameter, not Typha's
+    #: For a variable outside Typha's parameters: the environment names read, first set
+    #: one wins (the config file does not set these).  Empty: ``TYPHA_<NAME>``.
+    variables: tuple[str, ...] = ()
 
     @property
     def env(self) -> str:
-        return "TYPHA_" + self.name.upper()
+        return self.variables[0] if self.variables else "TYPHA_" + self.name.upper()
 
     def effective(self, value: Any) -> Any:
         """``value`` after Typha's re-defaulting of values <= 0 (where it re-defaults)."""
@@ -155,16 +229,17 @@ class Param:
 
 
 def param(name: str, parse: Parser, default: Any, doc: str, *, zero: Any = ...,
-          fallback: Any = None, own: bool = False) -> Any:
+          fallback: Any = None, own: bool = False, variables: tuple[str, ...] = ()) -> Any:
     """Declare a :class:`Config` field as Typha parameter ``name``.
 
     ``zero`` is the value ``none`` sets (by default the type's zero value; None forbids
-    ``none``); ``fallback`` is Typha's own default for a value <= 0.
+    ``none``); ``fallback`` is Typha's own default for a value <= 0; ``variables`` names
+    the environment variables of a setting that is not a ``TYPHA_*`` parameter.
     """
     if zero is ...:
         zero = {bool: False, int: 0, float: 0.0, str: ""}.get(type(default), default)
     spec = {"name": name, "parse": parse, "doc": doc, "zero": zero, "fallback": fallback,
-            "own": own}
+            "own": own, "variables": variables}
     return dataclasses.field(default=default, metadata={"typha_param": spec})
 
 
@@ -174,15 +249,15 @@ class Config:
 
     Each field is declared once, here: Typha's name, parser, default and meaning.  The
     parameter table (:data:`PARAMS`), ``ServerSettings`` and ``trio-typha serve --help`` are
-    derived from these declarations.  Values are as configured; the server applies Typha's
-    re-defaulting (:meth:`Param.effective`, :meth:`effective`) when it is built.
+    derived from these declarations.  Fields are as configured; the typed properties below
+    the fields give a value as the server uses it, after Typha's re-defaulting.
     """
 
     datastore_type: str = param(
         "DatastoreType", _oneof("kubernetes", "etcdv3", "memory"), "etcdv3",
         "datastore to sync from: kubernetes, etcdv3, or trio-typha's embedded memory",
         zero=None)
-    etcd_addr: str = param("EtcdAddr", _string, "127.0.0.1:2379",
+    etcd_addr: str = param("EtcdAddr", _authority, "127.0.0.1:2379",
                            "etcd host:port, used when EtcdEndpoints is empty")
     etcd_scheme: str = param("EtcdScheme", _oneof("http", "https"), "http",
                              "scheme used with EtcdAddr")
@@ -277,13 +352,14 @@ class Config:
         fallback=120.0)
     server_port: int = param("ServerPort", _int(0, 65535), 0, "listen port (0 means 5473)")
     server_host: str = param("ServerHost", _host, "", "listen address (empty: all)")
-    # <= 0: the CPUs this process may use (affinity and cgroup cpu.max), at most 8
-    # (cpus.py says why); 1: the single-process server.
+    # <= 0: the CPUs this process may use (affinity and cgroup cpu.max), at most
+    # MAX_DEFAULT_WORKERS, counted where the server is built (cpus.py); 1: the
+    # single-process server.
     server_workers: int = param(
         "ServerWorkers", _int(None, 64), 0, "processes serving the port: this one (which owns "
         "the datastore watch and the caches) plus ServerWorkers-1 workers fed from it; "
         "0 or less: the CPUs this process may use (affinity, cgroup CPU quota), at most "
-        f"{MAX_DEFAULT_WORKERS}", fallback=usable_cpus_default, own=True)
+        f"{MAX_DEFAULT_WORKERS}", own=True)
     server_key_file: str = param("ServerKeyFile", _file_must_exist, "", "server TLS key")
     server_cert_file: str = param("ServerCertFile", _file_must_exist, "",
                                   "server TLS certificate")
@@ -350,6 +426,59 @@ class Config:
         "memory datastore: synthetic cluster to load", own=True)
     memory_churn_rate: float = param("MemoryChurnRate", _seconds, 0.0,
                                      "memory datastore: writes per second of churn", own=True)
+    # Typha reads this one before its configuration (typha/pkg/logutils/logutils.go); see
+    # early_log_level.
+    early_log_severity_screen: str = param(
+        "EarlyLogSeverityScreen", _oneof(*LOG_LEVELS), "",
+        "log level on stderr while the configuration loads (empty: LogSeverityScreen, "
+        "else ERROR)")
+    # Calico's settings outside Typha's parameters (the module docstring says where from).
+    tls_min_version: str = param(
+        "TLSMinVersion", _oneof("1.2", "1.3"), "1.2",
+        "lowest TLS version of the sync and metrics servers: 1.2 or 1.3", zero=None,
+        variables=("TLS_MIN_VERSION",))
+    tls_cipher_suites: tuple[str, ...] = param(
+        "TLSCipherSuites", _cipher_suites, DEFAULT_CIPHER_SUITES,
+        "TLS 1.2 cipher suites by Go name, comma-separated (TLS 1.3's are fixed)",
+        zero=None, variables=("TLS_CIPHER_SUITES",))
+    felix_interface_prefix: str = param(
+        "FelixInterfacePrefix", _string, "",
+        "workload interface prefixes; KDD names a pod's interface after the first "
+        "(empty: cali)", variables=("FELIX_INTERFACEPREFIX",))
+    kubeconfig: str = param(
+        "Kubeconfig", _string, "", "kubeconfig file(s), ':'-separated",
+        variables=("CALICO_KUBECONFIG", "KUBECONFIG"))
+    k8s_api_endpoint: str = param(
+        "K8sAPIEndpoint", _string, "", "Kubernetes API server URL (without a kubeconfig, or "
+        "overriding its server)", variables=("CALICO_K8S_API_ENDPOINT", "K8S_API_ENDPOINT"))
+    k8s_cert_file: str = param(
+        "K8sCertFile", _string, "", "client certificate for the Kubernetes API",
+        variables=("CALICO_K8S_CERT_FILE", "K8S_CERT_FILE"))
+    k8s_key_file: str = param(
+        "K8sKeyFile", _string, "", "key of K8sCertFile",
+        variables=("CALICO_K8S_KEY_FILE", "K8S_KEY_FILE"))
+    k8s_ca_file: str = param(
+        "K8sCAFile", _string, "", "CA bundle that signs the Kubernetes API's certificate",
+        variables=("CALICO_K8S_CA_FILE", "K8S_CA_FILE"))
+    k8s_insecure_skip_tls_verify: bool = param(
+        "K8sInsecureSkipTLSVerify", _bool, False,
+        "do not verify the Kubernetes API's certificate",
+        variables=("CALICO_K8S_INSECURE_SKIP_TLS_VERIFY", "K8S_INSECURE_SKIP_TLS_VERIFY"))
+    k8s_current_context: str = param(
+        "K8sCurrentContext", _string, "", "kubeconfig context to use (empty: its current one)",
+        variables=("CALICO_K8S_CURRENT_CONTEXT", "K8S_CURRENT_CONTEXT"))
+    calico_api_group: str = param(
+        "CalicoAPIGroup", _string, "", "API group/version of Calico's resources (empty: "
+        "discovered)", variables=("CALICO_API_GROUP",))
+    kubernetes_service_host: str = param(
+        "KubernetesServiceHost", _string, "", "in a pod: the API server's address (set by "
+        "Kubernetes)", variables=("KUBERNETES_SERVICE_HOST",))
+    kubernetes_service_port: str = param(
+        "KubernetesServicePort", _string, "", "in a pod: the API server's port (set by "
+        "Kubernetes)", variables=("KUBERNETES_SERVICE_PORT",))
+    home: str = param(
+        "Home", _string, "", "home directory: $HOME/.kube/config is the last kubeconfig tried",
+        variables=("HOME",))
 
     @property
     def port(self) -> int:
@@ -361,10 +490,68 @@ class Config:
         return any((self.server_key_file, self.server_cert_file, self.ca_file, self.client_cn,
                     self.client_uri_san))
 
-    def effective(self, name: str) -> Any:
-        """Parameter ``name`` (Typha's name) as the server uses it, after re-defaulting."""
-        p = param_by_flag(name)
-        return p.effective(getattr(self, p.field))
+    @property
+    def etcd_urls(self) -> tuple[str, ...]:
+        """Where etcd is: EtcdEndpoints, else EtcdScheme://EtcdAddr/ (as Typha's
+        DatastoreConfig)."""
+        return self.etcd_endpoints or (f"{self.etcd_scheme}://{self.etcd_addr}/",)
+
+    # -- values as the server uses them, after Typha's re-defaulting of values <= 0
+
+    def _redefaulted(self, value: T, field: str) -> T:
+        result: T = _BY_FIELD[field].effective(value)
+        return result
+
+    @property
+    def max_message_size(self) -> int:
+        return self._redefaulted(self.server_max_message_size, "server_max_message_size")
+
+    @property
+    def max_fall_behind(self) -> float:
+        return self._redefaulted(self.server_max_fall_behind_secs,
+                                 "server_max_fall_behind_secs")
+
+    @property
+    def new_client_fall_behind_grace(self) -> float:
+        return self._redefaulted(self.server_new_client_fall_behind_grace_period,
+                                 "server_new_client_fall_behind_grace_period")
+
+    @property
+    def min_batching_age(self) -> float:
+        return self._redefaulted(self.server_min_batching_age_threshold_secs,
+                                 "server_min_batching_age_threshold_secs")
+
+    @property
+    def ping_interval(self) -> float:
+        return self._redefaulted(self.server_ping_interval_secs, "server_ping_interval_secs")
+
+    @property
+    def handshake_timeout(self) -> float:
+        return self._redefaulted(self.server_handshake_timeout_secs,
+                                 "server_handshake_timeout_secs")
+
+    @property
+    def write_timeout(self) -> float:
+        return self._redefaulted(self.server_write_timeout_secs, "server_write_timeout_secs")
+
+    @property
+    def connection_drop_interval(self) -> float:
+        return self._redefaulted(self.connection_drop_interval_secs,
+                                 "connection_drop_interval_secs")
+
+    @property
+    def shutdown_timeout(self) -> float:
+        return self._redefaulted(self.shutdown_timeout_secs, "shutdown_timeout_secs")
+
+    @property
+    def shutdown_drop_interval_max(self) -> float:
+        return self._redefaulted(self.shutdown_connection_drop_interval_max_secs,
+                                 "shutdown_connection_drop_interval_max_secs")
+
+    @property
+    def max_connections(self) -> int:
+        return self._redefaulted(self.max_connections_upper_limit,
+                                 "max_connections_upper_limit")
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -376,6 +563,13 @@ PARAMS: tuple[Param, ...] = tuple(
     for f in dataclasses.fields(Config))
 
 _BY_NAME = {p.name.lower(): p for p in PARAMS}
+_BY_FIELD = {p.field: p for p in PARAMS}
+
+
+def setting_names(field: str) -> str:
+    """How an operator sets :class:`Config` field ``field``: its variable name(s)."""
+    p = _BY_FIELD[field]
+    return "/".join(p.variables) if p.variables else p.env
 
 
 def help_table() -> str:
@@ -384,7 +578,7 @@ def help_table() -> str:
     for p in PARAMS:
         default = ",".join(p.default) if isinstance(p.default, tuple) else p.default
         own = " [trio-typha]" if p.own else ""
-        lines.append(f"  {p.env} (default {default!r}){own}\n      {p.doc}")
+        lines.append(f"  {setting_names(p.field)} (default {default!r}){own}\n      {p.doc}")
     return "\n".join(lines)
 
 
@@ -428,28 +622,74 @@ def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None
                 overrides: Mapping[str, str] | None = None, strict: bool = False) -> Config:
     """Merge defaults < config file < environment < ``overrides`` (flags) into a Config.
 
-    ``overrides`` are keyed by Typha parameter name (case-insensitive).  Raises
-    :class:`ConfigError` on the first invalid value or failed cross-field check.  Unknown
-    names are logged and ignored, as Typha does for its environment, wherever they come
-    from; with ``strict`` an unknown flag (``--set``) is an error instead.
+    ``env`` defaults to this process's environment.  ``overrides`` are keyed by parameter
+    name (case-insensitive).  Raises :class:`ConfigError` on the first invalid value or
+    failed cross-field check.  Unknown names are logged and ignored, as Typha does for its
+    environment, wherever they come from; with ``strict`` an unknown flag (``--set``) is an
+    error instead.
     """
     env = os.environ if env is None else env
-    sources: list[tuple[str, dict[str, str]]] = []
     path = config_file or env.get("TYPHA_CONFIGFILE") or DEFAULT_CONFIG_FILE
-    sources.append(("config file " + path, _read_file(path, explicit=config_file is not None)))
-    env_values = {}
+    return _load(env, ("config file " + path, _read_file(path, explicit=config_file is not None)),
+                 overrides or {}, strict)
+
+
+def environment_config(env: Mapping[str, str] | None = None) -> Config:
+    """The configuration the environment alone gives (no config file, no flags): for tools
+    that need Calico's client settings, e.g. where the Kubernetes API is."""
+    return _load(os.environ if env is None else env, None, {}, strict=False)
+
+
+def early_log_level(env: Mapping[str, str] | None = None) -> str:
+    """The stderr level while the configuration loads, as Typha's ConfigureEarlyLogging:
+    TYPHA_EARLYLOGSEVERITYSCREEN, else TYPHA_LOGSEVERITYSCREEN, else ERROR.  An invalid
+    value gives ERROR here; loading the configuration then reports it."""
+    env = os.environ if env is None else env
+    for p in (_BY_FIELD["early_log_severity_screen"], _BY_FIELD["log_severity_screen"]):
+        raw = env.get(p.env, "")
+        if raw:
+            try:
+                level: str = p.parse(raw)
+            except ValueError:
+                break
+            return level
+    return "ERROR"
+
+
+def _environment(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Raw environment values by parameter name, each with the variable it came from."""
+    out: dict[str, tuple[str, str]] = {}
     for name, value in env.items():
         low = name.lower()
         if low.startswith("typha_"):
-            env_values[name.split("_", 1)[1]] = value
+            out[name.split("_", 1)[1]] = (value, name)
             log.info('Found typha environment variable: %s="%s"', name, _shown(name, value))
-    sources.append(("environment", env_values))
-    sources.append(("flag", dict(overrides or {})))
+    for p in PARAMS:
+        for var in p.variables:
+            if env.get(var):
+                out[p.name] = (env[var], var)
+                break
+    return out
+
+
+def _load(env: Mapping[str, str], config_file: tuple[str, dict[str, str]] | None,
+          overrides: Mapping[str, str], strict: bool) -> Config:
+    sources: list[tuple[str, dict[str, tuple[str, str]]]] = []
+    if config_file is not None:
+        origin, file_values = config_file
+        sources.append((origin, {k: (v, "") for k, v in file_values.items()}))
+    sources.append(("environment", _environment(env)))
+    sources.append(("flag", {k: (v, "") for k, v in overrides.items()}))
 
     values: dict[str, Any] = {}
     for origin, raw_values in sources:
-        for raw_name, raw in raw_values.items():
+        for raw_name, (raw, var) in raw_values.items():
             param = _BY_NAME.get(raw_name.lower())
+            # An outside variable comes only from its own names (or a flag), never from
+            # the config file or a TYPHA_ variable of the same name.
+            if param is not None and param.variables and not (
+                    origin == "flag" or var in param.variables):
+                param = None
             if param is None:
                 if origin == "flag" and strict:
                     raise ConfigError(f"--set {raw_name}: unknown parameter (--strict-config)")
@@ -458,7 +698,7 @@ def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None
                 elif origin != "environment":
                     log.info("Ignoring unknown config param %s (from %s)", raw_name, origin)
                 continue
-            what = (param.env if origin == "environment"
+            what = ((var if param.variables else param.env) if origin == "environment"
                     else f"{param.name} (from {origin})")
             if raw == "":
                 continue  # Typha ignores empty values; the default stays.
@@ -487,9 +727,14 @@ def _validate(cfg: Config) -> None:
             "TYPHA_SERVERKEYFILE, TYPHA_SERVERCERTFILE, TYPHA_CAFILE, TYPHA_CLIENTCN/"
             "TYPHA_CLIENTURISAN: if any Typha TLS parameter is set, key, cert and CA files are "
             "all required, plus at least one of ClientCN or ClientURISAN")
-    if cfg.datastore_type == "etcdv3" and not cfg.etcd_endpoints and not (
-            cfg.etcd_scheme and cfg.etcd_addr):
-        raise ConfigError("TYPHA_ETCDENDPOINTS: no etcd endpoints and no EtcdScheme/EtcdAddr")
+    if cfg.datastore_type == "etcdv3" and not cfg.etcd_endpoints:
+        for field, name in (("etcd_scheme", "EtcdScheme"), ("etcd_addr", "EtcdAddr")):
+            if not getattr(cfg, field):
+                raise ConfigError(f"TYPHA_{name.upper()}: EtcdEndpoints and {name} both "
+                                  "missing")
+    if bool(cfg.etcd_key_file) != bool(cfg.etcd_cert_file):
+        missing = "TYPHA_ETCDCERTFILE" if cfg.etcd_key_file else "TYPHA_ETCDKEYFILE"
+        raise ConfigError(f"{missing}: the etcd client key and certificate go together")
     if cfg.max_connections_lower_limit > cfg.max_connections_upper_limit:
         raise ConfigError("TYPHA_MAXCONNECTIONSLOWERLIMIT: must not exceed "
                           "TYPHA_MAXCONNECTIONSUPPERLIMIT")

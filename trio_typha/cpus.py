@@ -15,13 +15,7 @@ import math
 import os
 from collections.abc import Callable
 
-#: The most processes ServerWorkers' default starts.  Each worker holds its own copy of
-#: the KV map and builds its own snapshots (tens of MiB on a large cluster), and the
-#: primary alone watches the datastore, runs the pipelines, encodes every breadcrumb and
-#: writes it to every worker: past about eight processes the primary's one core is the
-#: limit and more workers only cost memory.  Typha's usual share is a few hundred nodes
-#: per replica, which eight processes serve with room to spare.
-MAX_DEFAULT_WORKERS = 8
+from .config import MAX_DEFAULT_WORKERS, Config
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -135,3 +129,9 @@ def usable_cpus_default() -> int:
     except (AttributeError, OSError):
         affinity = os.cpu_count() or 1
     return default_workers(affinity, cgroup_quota(_read))
+
+
+def server_processes(cfg: Config) -> int:
+    """Processes serving the port: ServerWorkers, or for a value <= 0 this process's
+    usable CPUs (at most :data:`~trio_typha.config.MAX_DEFAULT_WORKERS`)."""
+    return cfg.server_workers if cfg.server_workers > 0 else usable_cpus_default()

@@ -24,6 +24,7 @@ import trio
 from . import BUILD_VERSION
 from .cache.feed import CacheFeed
 from .config import Config
+from .cpus import server_processes
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
 from .datastore.k8s_config import KubeConfigError, load_kube_client_config
@@ -52,7 +53,7 @@ from .startup import (
 )
 from .syncer.pipeline import SyncerPipeline
 from .tls.diagnosis import FailureLog
-from .tls.server import ServerTLS, metrics_ssl_context
+from .tls.server import ServerTLS, TLSPolicy, metrics_ssl_context
 from .workers import wire as worker_wire
 from .workers.handoff import BalancingListener, ReceivedSocketListener
 from .workers.pool import (
@@ -86,8 +87,8 @@ def make_datastore(cfg: Config, store: MemoryStore | None = None
     if cfg.datastore_type == "kubernetes":
         from .datastore.k8s_watch import WatchTuning
         from .datastore.kubernetes import KubernetesDatastore
-        ds = KubernetesDatastore.from_environment(
-            tuning=WatchTuning(stall_deadline=cfg.watch_stall_timeout_secs))
+        ds = KubernetesDatastore.from_config(
+            cfg, tuning=WatchTuning(stall_deadline=cfg.watch_stall_timeout_secs))
         return ds, {"mode": DatastoreMode.KDD, "calico_group": ds.calico_group}
     from .datastore.etcd import EtcdDatastore
     return EtcdDatastore.from_config(cfg, stall_deadline=cfg.watch_stall_timeout_secs), {
@@ -128,7 +129,7 @@ class Daemon:
         self.syncer_types = syncer_types
         self.upstream = upstream
         #: Processes serving the port (ServerWorkers after its default); 1 for a worker.
-        self.server_workers: int = 1 if upstream is not None else cfg.effective("ServerWorkers")
+        self.server_workers: int = 1 if upstream is not None else server_processes(cfg)
         self.control = control
         self._handed: ReceivedSocketListener | None = None
         self.workers: WorkerPool | None = None
@@ -156,10 +157,12 @@ class Daemon:
         if cfg.prometheus_metrics_cert_file or cfg.prometheus_metrics_key_file:
             files = (cfg.prometheus_metrics_cert_file, cfg.prometheus_metrics_key_file,
                      cfg.prometheus_metrics_ca_file, cfg.prometheus_metrics_client_auth)
-            metrics_ssl_context(*files)  # a bad file fails start-up at once
-            self._metrics_tls = lambda: metrics_ssl_context(*files)
+            policy = TLSPolicy.from_config(cfg)
+            metrics_ssl_context(*files, policy)  # a bad file fails start-up at once
+            self._metrics_tls = lambda: metrics_ssl_context(*files, policy)
         #: Server TLS (re-read on change); built now so a bad file fails start-up at once.
-        self.tls = (ServerTLS(cfg.server_cert_file, cfg.server_key_file, cfg.ca_file)
+        self.tls = (ServerTLS(cfg.server_cert_file, cfg.server_key_file, cfg.ca_file,
+                              TLSPolicy.from_config(cfg))
                     if cfg.tls_enabled else None)
         self.pipelines: dict[str, SyncerPipeline | ReplicaPipeline] = {}
         self.ctx: ServerContext | None = None
@@ -178,7 +181,7 @@ class Daemon:
             if not isinstance(self._rebalance_api, KubeApi):
                 # etcd (or memory) datastore: in-cluster config or a kubeconfig, as Typha.
                 try:
-                    self._rebalance_api = KubeApi(load_kube_client_config())
+                    self._rebalance_api = KubeApi(load_kube_client_config(cfg))
                 except KubeConfigError as exc:
                     raise KubernetesConfigMissing(
                         "no usable Kubernetes configuration for "
@@ -274,7 +277,7 @@ class Daemon:
                 else:
                     definition = syncer_definition(
                         syncer_type, **self._definition_args,
-                        felix_interface_prefix=os.environ.get("FELIX_INTERFACEPREFIX"))
+                        felix_interface_prefix=cfg.felix_interface_prefix or None)
                     pipeline = SyncerPipeline(definition, self.datastore, feed,
                                               validator=validator, metrics=self.metrics)
                 self.pipelines[syncer_type] = pipeline
@@ -286,8 +289,8 @@ class Daemon:
             # worker's share comes from the primary (rebalancing runs there).
             self.governor = Governor(
                 self.connections,
-                limit=self._primary_limit or cfg.effective("MaxConnectionsUpperLimit"),
-                interval=cfg.effective("ConnectionDropIntervalSecs"),
+                limit=self._primary_limit or cfg.max_connections,
+                interval=cfg.connection_drop_interval,
                 on_drop=self.metrics.connections_dropped.inc, processes=self.server_workers)
             # Typha: the governor loop refreshes SyncServer's liveness (20 s timeout).
             self.health.register("SyncServer", self._server_report,
@@ -391,8 +394,7 @@ class Daemon:
             return
         problem = await probe()
         if problem:
-            endpoints = ",".join(self.config.etcd_endpoints) or (
-                f"{self.config.etcd_scheme}://{self.config.etcd_addr}")
+            endpoints = ",".join(self.config.etcd_urls)
             raise DatastoreUnreachable(
                 f"cannot reach etcd at {endpoints} (TYPHA_ETCDENDPOINTS / TYPHA_ETCDADDR): "
                 f"{problem}; check that etcd runs and the endpoints and TLS files are right")
@@ -452,7 +454,7 @@ class Daemon:
                 prometheus_metrics_enabled=True, prometheus_metrics_host="127.0.0.1",
                 prometheus_metrics_port=0,
                 max_connections_upper_limit=max(
-                    1, -(-cfg.effective("MaxConnectionsUpperLimit") // self.server_workers)),
+                    1, -(-cfg.max_connections // self.server_workers)),
                 max_connections_lower_limit=1)
             self.workers = WorkerPool(worker_cfg, count=count, upstream=path,
                                       port=self.ports["server"])
@@ -526,8 +528,7 @@ class Daemon:
         self.ctx.draining.set()
         cfg = self.config
         await self.connections.drain(
-            spread_over=cfg.effective("ShutdownTimeoutSecs"),
-            max_interval=cfg.effective("ShutdownConnectionDropIntervalMaxSecs"))
+            spread_over=cfg.shutdown_timeout, max_interval=cfg.shutdown_drop_interval_max)
 
     async def _signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:

@@ -88,8 +88,3 @@ def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str =
     if root.level > logging.DEBUG:
         for noisy in ("hpack", "h2", "httpx", "httpcore"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def early_level() -> str:
-    env = os.environ
-    return env.get("TYPHA_EARLYLOGSEVERITYSCREEN") or env.get("TYPHA_LOGSEVERITYSCREEN") or "INFO"

@@ -43,7 +43,7 @@ from trio_typha.backoff import Backoff
 from trio_typha.client import grpc as grpc_client
 from trio_typha.client.typha import Connected, TyphaClient
 from trio_typha.client.view import SyncView
-from trio_typha.config import load_config
+from trio_typha.config import Config, load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore import etcd_gateway as gw
 from trio_typha.datastore.base import Datastore
@@ -394,8 +394,8 @@ class KddBackend:
         doc["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{proxy_port}"
         path = self.workdir / "proxied-kubeconfig"
         path.write_text(json.dumps(doc))  # YAML is a superset of JSON
-        config = load_kube_client_config({"KUBECONFIG": str(path),
-                                          "CALICO_API_GROUP": f"{CALICO_CRD_GROUP}/v1"})
+        config = load_kube_client_config(Config(kubeconfig=str(path),
+                                                calico_api_group=f"{CALICO_CRD_GROUP}/v1"))
         async with open_kubernetes_datastore(config, tuning=WatchTuning(
                 backoff_initial=0.05, backoff_max=1.0, min_watch_interval=0.05,
                 stall_deadline=1.0)) as ds:

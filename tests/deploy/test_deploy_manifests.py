@@ -27,6 +27,7 @@ from tests.deploy.deploy_render import (
 from tests.e2e.harness import HANG, daemon_config, running_daemon
 from trio_typha.client.typha import TyphaClient
 from trio_typha.config import load_config
+from trio_typha.cpus import server_processes
 from trio_typha.model.kv import SyncStatus
 
 # A stand-in for Calico's published calico-typha.yaml, which `just kind-up` downloads and
@@ -158,7 +159,7 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
                                                         "divisor": "1"}
     variables["TYPHA_SERVERWORKERS"] = str(math.ceil(_cpu(c["resources"]["requests"]["cpu"])))
     cfg = load_config({k: v for k, v in variables.items() if k.startswith("TYPHA_")})
-    assert cfg.effective("ServerWorkers") >= 1
+    assert server_processes(cfg) >= 1
     assert cfg.health_enabled and cfg.health_port == 9098
     assert spec["terminationGracePeriodSeconds"] >= cfg.shutdown_timeout_secs > 0
 

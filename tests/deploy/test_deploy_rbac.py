@@ -12,6 +12,7 @@ import trio
 from testbed.apiserver import open_apiserver
 from tests.deploy.deploy_render import DEPLOY, by_kind, render
 from tests.e2e.harness import daemon_config, running_daemon, wait_readiness
+from trio_typha.config import Config
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.k8s_init import WRITES as INIT_WRITES
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
@@ -87,7 +88,7 @@ async def test_a_daemon_with_only_the_roles_grants_gets_ready(tmp_path: Path) ->
         assert listed.items  # list is granted
         api.close()
 
-        config = load_kube_client_config({"KUBECONFIG": str(kubeconfig)})
+        config = load_kube_client_config(Config(kubeconfig=str(kubeconfig)))
         async with open_kubernetes_datastore(config) as ds:
             cfg = daemon_config(DatastoreType="kubernetes")
             async with running_daemon(cfg, datastore=ds) as daemon:

@@ -33,6 +33,7 @@ from tests.e2e.harness import (
     running_daemon,
     wait_readiness,
 )
+from trio_typha.config import Config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.k8s_watch import WatchTuning
@@ -152,7 +153,7 @@ async def kdd_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, group:
                 # The daemon leaves closing a datastore it built to its owner.
                 await daemon.datastore.aclose()  # type: ignore[attr-defined]
             else:
-                config = load_kube_client_config({"KUBECONFIG": str(kubeconfig)})
+                config = load_kube_client_config(Config(kubeconfig=str(kubeconfig)))
                 async with open_kubernetes_datastore(config, tuning=FAST) as ds:
                     assert ds.calico_group == group  # discovered: only this group is served
                     cfg = daemon_config(DatastoreType="kubernetes")

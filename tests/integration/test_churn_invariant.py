@@ -27,6 +27,7 @@ from tests.etcd_server import run_etcd
 from trio_typha.client import grpc as grpc_client
 from trio_typha.client.typha import TyphaClient
 from trio_typha.client.view import SyncView
+from trio_typha.config import Config
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.model import kinds as K
@@ -173,7 +174,7 @@ async def test_caches_and_clients_of_both_protocols_converge_under_churn(
         tmp_path: Path) -> None:
     async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,)) as srv:
         kubeconfig = srv.kubeconfig_path(tmp_path)
-        config = load_kube_client_config({"KUBECONFIG": str(kubeconfig)})
+        config = load_kube_client_config(Config(kubeconfig=str(kubeconfig)))
         with ch.api_client(kubeconfig) as client:
             await trio.to_thread.run_sync(place_pods, kubernetes.client.CoreV1Api(client),
                                           "churn-0", 2)

@@ -22,7 +22,7 @@ from trio_typha.client.discovery import (
     SrvDiscovery,
     TyphaAddress,
 )
-from trio_typha.config import load_config
+from trio_typha.config import Config, load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import load_kube_client_config
@@ -49,7 +49,7 @@ async def test_endpoint_slices_local_first(apiserver: ApiServer, tmp_path: Path)
                                  name="other-1")
     other["metadata"]["labels"]["kubernetes.io/service-name"] = "other"
     store.create(K.ENDPOINT_SLICE, other)
-    kube = load_kube_client_config({"KUBECONFIG": str(apiserver.kubeconfig_path(tmp_path))})
+    kube = load_kube_client_config(Config(kubeconfig=str(apiserver.kubeconfig_path(tmp_path))))
     async with KubeApi(kube) as api:
         orders = set()
         for seed in range(30):

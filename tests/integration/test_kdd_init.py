@@ -11,6 +11,7 @@ import trio
 
 from testbed.apiserver import ApiServer, open_apiserver
 from tests.e2e.harness import HANG, daemon_config, running_daemon
+from trio_typha.config import Config
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, calico_kind
@@ -19,7 +20,7 @@ INIT_LOGGER = "trio_typha.daemon"
 
 
 async def run_once(srv: ApiServer, tmp_path: Path, group: str) -> None:
-    config = load_kube_client_config({"KUBECONFIG": str(srv.kubeconfig_path(tmp_path))})
+    config = load_kube_client_config(Config(kubeconfig=str(srv.kubeconfig_path(tmp_path))))
     async with open_kubernetes_datastore(config) as ds, \
             running_daemon(daemon_config(DatastoreType="kubernetes"), datastore=ds) as d:
         assert ds.calico_group == group

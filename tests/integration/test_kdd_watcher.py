@@ -27,6 +27,7 @@ import trustme
 
 from testbed.apiserver import ApiServer, Request, Response, open_apiserver
 from testbed.apiserver.status import internal_error
+from trio_typha.config import Config, environment_config
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.k8s_api import KubeApi, resource_path
 from trio_typha.datastore.k8s_config import KubeClientConfig, load_kube_client_config
@@ -361,8 +362,9 @@ async def test_tls_kubeconfig_token_and_group_discovery(tmp_path: Path) -> None:
         v3_pool = K.calico_kind("IPPool", K.CALICO_V3_GROUP)
         server.store.create(v3_pool, {"metadata": {"name": "pool"},
                                       "spec": {"cidr": "10.0.0.0/16"}})
-        cfg = load_kube_client_config({"KUBECONFIG": str(server.kubeconfig_path(tmp_path))},
-                                      service_account_dir=tmp_path, home=str(tmp_path))
+        cfg = load_kube_client_config(
+            Config(kubeconfig=str(server.kubeconfig_path(tmp_path)), home=str(tmp_path)),
+            service_account_dir=tmp_path)
         assert cfg.uses_tls and cfg.authorization == f"Bearer {server.token}"
         async with open_kubernetes_datastore(cfg, tuning=FAST) as ds:
             # Only projectcalico.org is served, so discovery picks the v3 group.
@@ -413,9 +415,11 @@ async def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path) -> None
     async with open_apiserver(require_token=True, token="first-token", bookmark_interval=3600,
                               ssl_context=tls_server_context(ca)) as server:
         log = RequestLog(server)
-        cfg = load_kube_client_config({"KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                                       "KUBERNETES_SERVICE_PORT": str(server.port)},
-                                      service_account_dir=sa, home=str(tmp_path))
+        cfg = load_kube_client_config(
+            environment_config({"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                                "KUBERNETES_SERVICE_PORT": str(server.port),
+                                "HOME": str(tmp_path)}),
+            service_account_dir=sa)
         assert cfg.token_file == str(sa / "token")
         send, recv = trio.open_memory_channel[DatastoreEvent](100)
         async with KubeApi(cfg, auth_refresh_interval=3600) as api, \
@@ -438,7 +442,7 @@ async def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path) -> None
             nursery.cancel_scope.cancel()
 
 
-def test_from_environment_discovers_before_the_loop_runs(tmp_path: Path) -> None:
+def test_from_config_discovers_before_the_loop_runs(tmp_path: Path) -> None:
     # A separate API server process, found through the kubeconfig it writes, as in production.
     with subprocess.Popen(
         [sys.executable, "-m", "testbed.apiserver", "--calico-group", "v3",
@@ -448,7 +452,7 @@ def test_from_environment_discovers_before_the_loop_runs(tmp_path: Path) -> None
             assert proc.stdout is not None
             kubeconfig = proc.stdout.readline().strip()
             assert kubeconfig == str(tmp_path / "kubeconfig")
-            ds = KubernetesDatastore.from_environment({"KUBECONFIG": kubeconfig}, tuning=FAST)
+            ds = KubernetesDatastore.from_config(Config(kubeconfig=kubeconfig), tuning=FAST)
             assert ds.calico_group == K.CALICO_V3_GROUP
 
             async def watch_namespaces() -> list[tuple[Any, ...]]:
@@ -468,15 +472,15 @@ def test_from_environment_discovers_before_the_loop_runs(tmp_path: Path) -> None
             proc.wait(10)
 
 
-async def test_from_environment_inside_trio() -> None:
+async def test_from_config_inside_trio() -> None:
     # Configured: no discovery needed, fine inside trio.
-    ds = KubernetesDatastore.from_environment({"K8S_API_ENDPOINT": "http://127.0.0.1:9",
-                                               "CALICO_API_GROUP": "projectcalico.org/v3"})
+    ds = KubernetesDatastore.from_config(environment_config(
+        {"K8S_API_ENDPOINT": "http://127.0.0.1:9", "CALICO_API_GROUP": "projectcalico.org/v3"}))
     assert ds.calico_group == K.CALICO_V3_GROUP
     await ds.aclose()
     # Discovery would block the loop: refused with a clear error.
     with pytest.raises(RuntimeError, match="set CALICO_API_GROUP"):
-        KubernetesDatastore.from_environment({"K8S_API_ENDPOINT": "http://127.0.0.1:9"})
+        KubernetesDatastore.from_config(Config(k8s_api_endpoint="http://127.0.0.1:9"))
 
 
 async def test_lists_are_served_from_the_watch_cache_whole_where_it_cannot_paginate() -> None:

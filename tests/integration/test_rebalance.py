@@ -20,6 +20,7 @@ from testbed.apiserver import ApiServer, open_apiserver
 from tests.e2e.harness import HANG, daemon_config, running_daemon
 from trio_typha.client import grpc as g
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
+from trio_typha.config import Config
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.datastore.memory import MemoryStore
@@ -70,7 +71,7 @@ async def test_worked_examples_from_nodes_and_endpointslices(tmp_path: Path) -> 
         srv.store.create_many(K.NODE, (node(i) for i in range(100)))
         # Three replicas, one of them not ready: Typha counts it all the same.
         set_slices(srv, replicas(3, unready=1), *DISTRACTIONS)
-        config = load_kube_client_config({"KUBECONFIG": str(srv.kubeconfig_path(tmp_path))})
+        config = load_kube_client_config(Config(kubeconfig=str(srv.kubeconfig_path(tmp_path))))
         async with open_kubernetes_datastore(config) as ds:
             cfg = daemon_config(DatastoreType="kubernetes",
                                 ConnectionRebalancingMode="kubernetes",

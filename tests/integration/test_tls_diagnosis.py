@@ -66,7 +66,8 @@ def write_server_files(pki: dict[str, Any], d: Path, server: Any = None,
 
 
 @contextlib.asynccontextmanager
-async def daemon(paths: dict[str, Path] | None, **extra: str) -> AsyncIterator[Daemon]:
+async def daemon(paths: dict[str, Path] | None, env: dict[str, str] | None = None,
+                 **extra: str) -> AsyncIterator[Daemon]:
     overrides = {"DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
                  "ServerHandshakeTimeoutSecs": "5", "ShutdownTimeoutSecs": "2", **extra}
     if paths is not None:
@@ -75,7 +76,7 @@ async def daemon(paths: dict[str, Path] | None, **extra: str) -> AsyncIterator[D
                           "ClientCN": "typha-client"})
     store = MemoryStore()
     store.put_all(generate("tiny"))
-    d = Daemon(load_config({}, config_file=None, overrides=overrides), store=store,
+    d = Daemon(load_config(env or {}, config_file=None, overrides=overrides), store=store,
                listen_port=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(d.run)
@@ -203,19 +204,16 @@ async def test_every_client_side_reason_is_named_logged_once_and_counted(
 
 
 async def test_version_and_cipher_mismatch(pki: dict[str, Any], tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch,
                                            caplog: pytest.LogCaptureFixture) -> None:
     paths = write_server_files(pki, tmp_path)
-    monkeypatch.setenv("TLS_MIN_VERSION", "1.3")
-    async with daemon(paths) as d:
+    async with daemon(paths, env={"TLS_MIN_VERSION": "1.3"}) as d:
         await tls_attempt(d.ports["server"], client_ctx(
             pki, pki["felix"], maximum_version=ssl.TLSVersion.TLSv1_2))
         await wait_counted(d, "protocol_version")
         assert "see TLS_MIN_VERSION" in warnings(caplog, "protocol_version")[0]
-    monkeypatch.delenv("TLS_MIN_VERSION")
     # trustme's server key is ECDSA: an RSA-only suite list leaves nothing to agree on.
-    monkeypatch.setenv("TLS_CIPHER_SUITES", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")
-    async with daemon(paths) as d:
+    async with daemon(paths, env={"TLS_CIPHER_SUITES": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
+                      ) as d:
         await tls_attempt(d.ports["server"], client_ctx(
             pki, pki["felix"], maximum_version=ssl.TLSVersion.TLSv1_2))
         await wait_counted(d, "cipher_mismatch")

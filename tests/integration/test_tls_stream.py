@@ -230,11 +230,13 @@ async def test_garbage_after_the_handshake(ca: trustme.CA) -> None:
 
 def test_server_context_refuses_renegotiation(ca: trustme.CA, tmp_path) -> None:
     """A write must never need a read: TLS 1.2 renegotiation is off on the server."""
-    from trio_typha.tls.server import server_ssl_context
+    from trio_typha.config import Config
+    from trio_typha.tls.server import TLSPolicy, server_ssl_context
     server = ca.issue_cert("typha-server")
     paths = {name: str(tmp_path / f"{name}.pem") for name in ("cert", "key", "ca")}
     server.cert_chain_pems[0].write_to_path(paths["cert"])
     server.private_key_pem.write_to_path(paths["key"])
     ca.cert_pem.write_to_path(paths["ca"])
-    ctx = server_ssl_context(paths["cert"], paths["key"], paths["ca"], env={})
+    ctx = server_ssl_context(paths["cert"], paths["key"], paths["ca"],
+                             TLSPolicy.from_config(Config()))
     assert ctx.options & ssl.OP_NO_RENEGOTIATION

@@ -117,7 +117,7 @@ def test_values_at_or_below_zero_get_typhas_builtin_default(name: str, field: st
     for raw in ("0", "-3"):
         cfg = load_config({f"TYPHA_{name.upper()}": raw})
         assert getattr(ServerSettings.from_config(cfg), field) == expected
-        assert cfg.effective(name) == expected
+        assert getattr(cfg, field) == expected  # Config's typed property of the same name
 
 
 def test_pong_timeout_is_renormalized_not_redefaulted() -> None:
@@ -136,3 +136,161 @@ def test_serve_help_lists_every_parameter(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     for p in PARAMS:
         assert p.env in out and p.doc.split()[0] in out
+
+
+# Each re-defaulted parameter and the typed Config property that gives its effective value.
+REDEFAULTED = {
+    "server_max_message_size": "max_message_size",
+    "server_max_fall_behind_secs": "max_fall_behind",
+    "server_new_client_fall_behind_grace_period": "new_client_fall_behind_grace",
+    "server_min_batching_age_threshold_secs": "min_batching_age",
+    "server_ping_interval_secs": "ping_interval",
+    "server_handshake_timeout_secs": "handshake_timeout",
+    "server_write_timeout_secs": "write_timeout",
+    "connection_drop_interval_secs": "connection_drop_interval",
+    "shutdown_timeout_secs": "shutdown_timeout",
+    "shutdown_connection_drop_interval_max_secs": "shutdown_drop_interval_max",
+    "max_connections_upper_limit": "max_connections",
+}
+
+
+def test_every_redefaulted_parameter_has_a_typed_property() -> None:
+    from trio_typha.config import PARAMS, Config
+
+    assert {p.field for p in PARAMS if p.fallback is not None} == set(REDEFAULTED)
+    for p in PARAMS:
+        if p.fallback is None:
+            continue
+        prop = REDEFAULTED[p.field]
+        kind = type(p.default)
+        low = Config().replace(**{p.field: kind(0)})
+        assert getattr(low, prop) == p.fallback and isinstance(getattr(low, prop), kind)
+        high = Config().replace(**{p.field: kind(7)})
+        assert getattr(high, prop) == 7
+
+
+def test_server_settings_take_every_parameter_they_name() -> None:
+    """Each ServerSettings field follows its parameter (none left at its default)."""
+    import dataclasses
+
+    from trio_typha.config import param_by_flag
+    from trio_typha.sessions.settings import ServerSettings
+
+    for f in dataclasses.fields(ServerSettings):
+        if "typha_param" not in f.metadata:
+            continue
+        p = param_by_flag(f.metadata["typha_param"])
+        # Above twice the ping interval, so PongTimeout is not renormalized.
+        value = type(p.default)(123)
+        cfg = load_config({p.env: str(value)})
+        assert getattr(ServerSettings.from_config(cfg), f.name) == value, f.name
+
+
+# --- the variables Typha reads outside its TYPHA_* parameters ---
+
+
+def test_outside_variables_come_from_their_own_names() -> None:
+    c = cfg({"TLS_MIN_VERSION": "1.3", "TLS_CIPHER_SUITES": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+             "FELIX_INTERFACEPREFIX": "tap,cali", "KUBECONFIG": "/k/config",
+             "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+             "CALICO_API_GROUP": "crd.projectcalico.org/v1", "HOME": "/home/t"})
+    assert c.tls_min_version == "1.3"
+    assert c.tls_cipher_suites == ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",)
+    assert c.felix_interface_prefix == "tap,cali"
+    assert (c.kubeconfig, c.kubernetes_service_host, c.kubernetes_service_port) == (
+        "/k/config", "10.96.0.1", "443")
+    assert c.calico_api_group == "crd.projectcalico.org/v1" and c.home == "/home/t"
+
+
+def test_the_calico_prefix_wins_as_in_envconfig() -> None:
+    # libcalico-go/lib/apiconfig: envconfig.Process("calico") tries CALICO_<NAME> first.
+    c = cfg({"CALICO_KUBECONFIG": "/a", "KUBECONFIG": "/b", "K8S_API_ENDPOINT": "http://x:1",
+             "CALICO_K8S_INSECURE_SKIP_TLS_VERIFY": "true"})
+    assert c.kubeconfig == "/a" and c.k8s_api_endpoint == "http://x:1"
+    assert c.k8s_insecure_skip_tls_verify is True
+
+
+def test_outside_variables_are_not_typha_parameters(tmp_path) -> None:
+    f = tmp_path / "typha.cfg"
+    f.write_text("[global]\nTLSMinVersion = 1.3\nKubeconfig = /etc/kc\n")
+    c = load_config({"TYPHA_TLSMINVERSION": "1.3", "TYPHA_KUBECONFIG": "/kc"},
+                    config_file=str(f))
+    assert c.tls_min_version == "1.2" and c.kubeconfig == ""
+    # A flag may set one (by its parameter name).
+    assert cfg(overrides={"TLSMinVersion": "1.3"}).tls_min_version == "1.3"
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"TLS_MIN_VERSION": "1.1"}, "TLS_MIN_VERSION: invalid value '1.1': expected one of: 1.2"),
+    ({"TLS_CIPHER_SUITES": "TLS_RSA_WITH_AES_128_CBC_SHA"},
+     "TLS_CIPHER_SUITES: .*unsupported cipher suite"),
+    ({"K8S_INSECURE_SKIP_TLS_VERIFY": "perhaps"}, "K8S_INSECURE_SKIP_TLS_VERIFY"),
+])
+def test_invalid_outside_variables_name_the_variable(env, needle) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        cfg(env)
+
+
+def test_cipher_suites_are_calicos() -> None:
+    """crypto/pkg/tls/tls.go: the default is TLS 1.3's suites and the PFS TLS 1.2 ones;
+    the two RSA key-exchange suites are accepted only when named."""
+    from trio_typha.config import CIPHER_SUITES, DEFAULT_CIPHER_SUITES, Config
+
+    assert Config().tls_cipher_suites == DEFAULT_CIPHER_SUITES
+    assert len(CIPHER_SUITES) == 14 and len(DEFAULT_CIPHER_SUITES) == 12
+    assert not any(n.startswith("TLS_RSA_") for n in DEFAULT_CIPHER_SUITES)
+    assert cfg({"TLS_CIPHER_SUITES": "TLS_RSA_WITH_AES_128_GCM_SHA256"}).tls_cipher_suites \
+        == ("TLS_RSA_WITH_AES_128_GCM_SHA256",)
+
+
+def test_tls_policy_from_config() -> None:
+    import ssl
+
+    from trio_typha.config import Config
+    from trio_typha.tls.server import TLSPolicy
+
+    default = TLSPolicy.from_config(Config())
+    assert default.minimum is ssl.TLSVersion.TLSv1_2
+    assert default.ciphers.split(":")[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
+    assert "AES128-GCM-SHA256" not in default.ciphers.split(":")  # legacy: not by default
+    strict = TLSPolicy.from_config(cfg({"TLS_MIN_VERSION": "1.3",
+                                        "TLS_CIPHER_SUITES": "TLS_AES_128_GCM_SHA256, "
+                                                             "TLS_RSA_WITH_AES_128_GCM_SHA256"}))
+    assert strict.minimum is ssl.TLSVersion.TLSv1_3 and strict.ciphers == "AES128-GCM-SHA256"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    default.apply(ctx)  # OpenSSL knows every name
+    assert ctx.minimum_version is ssl.TLSVersion.TLSv1_2
+
+
+@pytest.mark.parametrize(("env", "level"), [
+    ({}, "ERROR"),
+    ({"TYPHA_LOGSEVERITYSCREEN": "debug"}, "DEBUG"),
+    ({"TYPHA_EARLYLOGSEVERITYSCREEN": "warning", "TYPHA_LOGSEVERITYSCREEN": "debug"},
+     "WARNING"),
+    ({"TYPHA_EARLYLOGSEVERITYSCREEN": "loud"}, "ERROR"),
+])
+def test_early_log_level_as_typha(env, level) -> None:
+    # typha/pkg/logutils/logutils.go, ConfigureEarlyLogging.
+    from trio_typha.config import early_log_level
+
+    assert early_log_level(env) == level
+
+
+def test_nothing_but_config_reads_the_environment() -> None:
+    """Every setting reaches the code through Config: no other module of the product names
+    os.environ or os.getenv (a child process inherits the environment without naming it)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "trio_typha"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "config.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            name = (node.attr if isinstance(node, ast.Attribute)
+                    else node.id if isinstance(node, ast.Name)
+                    else node.name if isinstance(node, ast.alias) else "")
+            if name.split(".")[-1] in ("environ", "getenv", "environb", "putenv"):
+                offenders.append(f"{path.relative_to(root)}:{getattr(node, 'lineno', '?')}")
+    assert offenders == []

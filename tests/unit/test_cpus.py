@@ -75,12 +75,12 @@ def test_config_zero_or_less_means_this_machines_default() -> None:
                                     cpus.cgroup_quota(cpus._read))
     for raw in ("0", "-1"):
         cfg = load_config({"TYPHA_SERVERWORKERS": raw}, config_file=None)
-        assert cfg.effective("ServerWorkers") == expected
-    assert load_config({}, config_file=None).effective("ServerWorkers") == expected
-    assert load_config({"TYPHA_SERVERWORKERS": "1"},
-                       config_file=None).effective("ServerWorkers") == 1
-    assert load_config({"TYPHA_SERVERWORKERS": "3"},
-                       config_file=None).effective("ServerWorkers") == 3
+        assert cpus.server_processes(cfg) == expected
+    assert cpus.server_processes(load_config({}, config_file=None)) == expected
+    assert cpus.server_processes(load_config({"TYPHA_SERVERWORKERS": "1"},
+                                             config_file=None)) == 1
+    assert cpus.server_processes(load_config({"TYPHA_SERVERWORKERS": "3"},
+                                             config_file=None)) == 3
 
 
 def test_a_process_pinned_to_one_cpu_defaults_to_one_process() -> None:
@@ -88,7 +88,8 @@ def test_a_process_pinned_to_one_cpu_defaults_to_one_process() -> None:
     default is the single-process server."""
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
             "from trio_typha.config import load_config; "
-            "print(load_config({}, config_file=None).effective('ServerWorkers'))")
+            "from trio_typha.cpus import server_processes; "
+            "print(server_processes(load_config({}, config_file=None)))")
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "1"

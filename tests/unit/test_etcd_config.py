@@ -1,4 +1,4 @@
-"""TYPHA_ETCD* settings into an EtcdConfig."""
+"""TYPHA_ETCD* settings, parsed once by Config, into an EtcdConfig (typha/pkg/config)."""
 
 from __future__ import annotations
 
@@ -8,42 +8,40 @@ from pathlib import Path
 import pytest
 import trustme
 
-from trio_typha.config import load_config
+from trio_typha.config import ConfigError, environment_config, load_config
 from trio_typha.datastore.etcd import EtcdDatastore
-from trio_typha.datastore.etcd_config import (
-    EtcdConfig,
-    EtcdConfigError,
-    etcd_config_from_params,
-    etcd_config_from_settings,
-)
+from trio_typha.datastore.etcd_config import EtcdConfig
+
+
+def etcd(env: dict[str, str]) -> EtcdConfig:
+    return EtcdConfig.from_config(environment_config(env))
 
 
 def test_default_is_local_plain_etcd() -> None:
-    assert etcd_config_from_settings({}) == EtcdConfig(endpoints=("http://127.0.0.1:2379/",))
+    assert etcd({}) == EtcdConfig(endpoints=("http://127.0.0.1:2379/",)) == EtcdConfig()
 
 
 def test_scheme_and_addr() -> None:
-    cfg = etcd_config_from_settings({"TYPHA_ETCDSCHEME": "HTTPS",
-                                     "TYPHA_ETCDADDR": "etcd.example:4001"})
+    cfg = etcd({"TYPHA_ETCDSCHEME": "HTTPS", "TYPHA_ETCDADDR": "etcd.example:4001"})
     assert cfg.endpoints == ("https://etcd.example:4001/",)
 
 
 def test_endpoints_replace_scheme_and_addr() -> None:
-    cfg = etcd_config_from_settings({
-        "TYPHA_ETCDENDPOINTS": "http://10.0.0.1:2379, https://[fd00::1]:2379/",
-        "TYPHA_ETCDADDR": "ignored:1"})
+    cfg = etcd({"TYPHA_ETCDENDPOINTS": "http://10.0.0.1:2379, https://[fd00::1]:2379/",
+                "TYPHA_ETCDADDR": "ignored:1"})
     assert cfg.endpoints == ("http://10.0.0.1:2379/", "https://[fd00::1]:2379/")
 
 
-def test_names_any_case_with_or_without_prefix() -> None:
-    for name in ("TYPHA_ETCDENDPOINTS", "typha_etcdendpoints", "EtcdEndpoints"):
-        assert etcd_config_from_settings({name: "http://e:1"}).endpoints == ("http://e:1/",)
-
-
 def test_empty_values_keep_the_default_and_unrelated_settings_are_ignored() -> None:
-    cfg = etcd_config_from_settings({"TYPHA_ETCDADDR": "", "TYPHA_ETCDENDPOINTS": "",
-                                     "TYPHA_LOGSEVERITYSCREEN": "info", "PATH": "/bin"})
+    cfg = etcd({"TYPHA_ETCDADDR": "", "TYPHA_ETCDENDPOINTS": "",
+                "TYPHA_LOGSEVERITYSCREEN": "info", "PATH": "/bin"})
     assert cfg.endpoints == ("http://127.0.0.1:2379/",)
+
+
+def test_a_list_of_only_empty_entries_is_no_list() -> None:
+    # Typha's endpoint-list skips empty entries (typha/pkg/config/param_types.go), and no
+    # endpoints means EtcdScheme + EtcdAddr (config_params.go, DatastoreConfig).
+    assert etcd({"TYPHA_ETCDENDPOINTS": " , "}).endpoints == ("http://127.0.0.1:2379/",)
 
 
 @pytest.mark.parametrize(("settings", "variable"), [
@@ -53,7 +51,6 @@ def test_empty_values_keep_the_default_and_unrelated_settings_are_ignored() -> N
     ({"TYPHA_ETCDENDPOINTS": "http://u:p@etcd:2379"}, "TYPHA_ETCDENDPOINTS"),
     ({"TYPHA_ETCDENDPOINTS": "http://etcd:2379?x=1"}, "TYPHA_ETCDENDPOINTS"),
     ({"TYPHA_ETCDENDPOINTS": "http://etcd:port"}, "TYPHA_ETCDENDPOINTS"),
-    ({"TYPHA_ETCDENDPOINTS": " , "}, "TYPHA_ETCDENDPOINTS"),
     ({"TYPHA_ETCDSCHEME": "ftp"}, "TYPHA_ETCDSCHEME"),
     ({"TYPHA_ETCDSCHEME": "none"}, "TYPHA_ETCDSCHEME"),
     ({"TYPHA_ETCDADDR": "None"}, "TYPHA_ETCDADDR"),
@@ -63,15 +60,14 @@ def test_empty_values_keep_the_default_and_unrelated_settings_are_ignored() -> N
     ({"TYPHA_ETCDCAFILE": "/nonexistent/ca.pem"}, "TYPHA_ETCDCAFILE"),
 ])
 def test_bad_values_name_their_variable(settings: dict[str, str], variable: str) -> None:
-    with pytest.raises(EtcdConfigError) as info:
-        etcd_config_from_settings(settings)
-    assert info.value.variable == variable
+    with pytest.raises(ConfigError) as info:
+        environment_config(settings)
     assert str(info.value).startswith(variable + ":")
 
 
 def test_missing_scheme_and_addr_error_says_both_missing() -> None:
-    with pytest.raises(EtcdConfigError, match="EtcdEndpoints and EtcdAddr both missing"):
-        etcd_config_from_settings({"TYPHA_ETCDADDR": "none"})
+    with pytest.raises(ConfigError, match="EtcdEndpoints and EtcdAddr both missing"):
+        environment_config({"TYPHA_ETCDADDR": "none"})
 
 
 def test_tls_files(tmp_path: Path) -> None:
@@ -82,21 +78,19 @@ def test_tls_files(tmp_path: Path) -> None:
     client.cert_chain_pems[0].write_to_path(str(cert_file))
     client.private_key_pem.write_to_path(str(key_file))
 
-    cfg = etcd_config_from_settings({
-        "TYPHA_ETCDENDPOINTS": "https://127.0.0.1:2379", "TYPHA_ETCDCAFILE": str(ca_file),
-        "TYPHA_ETCDCERTFILE": str(cert_file), "TYPHA_ETCDKEYFILE": str(key_file)})
+    cfg = etcd({"TYPHA_ETCDENDPOINTS": "https://127.0.0.1:2379",
+                "TYPHA_ETCDCAFILE": str(ca_file), "TYPHA_ETCDCERTFILE": str(cert_file),
+                "TYPHA_ETCDKEYFILE": str(key_file)})
     assert (cfg.ca_file, cfg.cert_file, cfg.key_file) == (str(ca_file), str(cert_file),
                                                           str(key_file))
     ctx = cfg.ssl_context()
     assert ctx.verify_mode is ssl.CERT_REQUIRED and ctx.check_hostname
     assert len(ctx.get_ca_certs()) == 1
 
-    with pytest.raises(EtcdConfigError) as info:
-        etcd_config_from_settings({"TYPHA_ETCDKEYFILE": str(key_file)})
-    assert info.value.variable == "TYPHA_ETCDCERTFILE"
-    with pytest.raises(EtcdConfigError) as info:
-        etcd_config_from_settings({"TYPHA_ETCDCERTFILE": str(cert_file)})
-    assert info.value.variable == "TYPHA_ETCDKEYFILE"
+    with pytest.raises(ConfigError, match="^TYPHA_ETCDCERTFILE: "):
+        environment_config({"TYPHA_ETCDKEYFILE": str(key_file)})
+    with pytest.raises(ConfigError, match="^TYPHA_ETCDKEYFILE: "):
+        environment_config({"TYPHA_ETCDCERTFILE": str(cert_file)})
 
 
 def test_from_the_daemon_config(tmp_path: Path) -> None:
@@ -104,8 +98,7 @@ def test_from_the_daemon_config(tmp_path: Path) -> None:
     empty.write_text("")
     env = {"TYPHA_ETCDENDPOINTS": "http://10.0.0.1:2379,http://10.0.0.2:2379"}
     cfg = load_config(env, config_file=str(empty))
-    assert etcd_config_from_params(cfg).endpoints == ("http://10.0.0.1:2379/",
-                                                      "http://10.0.0.2:2379/")
+    assert cfg.etcd_urls == ("http://10.0.0.1:2379/", "http://10.0.0.2:2379/")
     ds = EtcdDatastore.from_config(load_config({"TYPHA_ETCDSCHEME": "https",
                                                 "TYPHA_ETCDADDR": "etcd:4001"},
                                                config_file=str(empty)))

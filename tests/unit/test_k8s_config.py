@@ -11,6 +11,7 @@ import pytest
 import trustme
 import yaml
 
+from trio_typha.config import ConfigError, environment_config
 from trio_typha.datastore.k8s_config import (
     KubeConfigError,
     build_ssl_context,
@@ -52,8 +53,12 @@ def _kubeconfig(path: Path, *, clusters: dict[str, dict[str, Any]],
 
 
 def _load(env: dict[str, str], tmp_path: Path, **kw: Any):
-    return load_kube_client_config(env, service_account_dir=kw.pop("sa", tmp_path / "no-sa"),
-                                   home=kw.pop("home", str(tmp_path / "no-home")), **kw)
+    """The environment read as the daemon reads it (trio_typha.config), then turned into
+    the client config; ``home`` (default: a directory without a kubeconfig) is $HOME."""
+    home = kw.pop("home", str(tmp_path / "no-home"))
+    settings = environment_config({**env, "HOME": home} if home is not None else env)
+    return load_kube_client_config(settings, service_account_dir=kw.pop("sa", tmp_path / "no-sa"),
+                                   **kw)
 
 
 def test_kubeconfig_token_and_ca_file(tmp_path: Path, pki: dict[str, Path]) -> None:
@@ -144,7 +149,7 @@ def test_api_endpoint_without_kubeconfig(tmp_path: Path) -> None:
     cfg = _load({"K8S_API_ENDPOINT": "https://10.96.0.1:443",
                  "K8S_INSECURE_SKIP_TLS_VERIFY": "TRUE"}, tmp_path)
     assert cfg.server == "https://10.96.0.1:443"
-    assert cfg.source == "K8S_API_ENDPOINT"
+    assert cfg.source == "CALICO_K8S_API_ENDPOINT/K8S_API_ENDPOINT"
     assert cfg.insecure_skip_tls_verify
     assert cfg.authorization is None
 
@@ -216,15 +221,15 @@ def test_in_cluster_missing_token_names_the_file(tmp_path: Path) -> None:
 def test_errors_name_the_variable_or_file(tmp_path: Path, pki: dict[str, Path]) -> None:
     with pytest.raises(KubeConfigError, match=r"KUBECONFIG=.*nope: no such kubeconfig"):
         _load({"KUBECONFIG": str(tmp_path / "nope")}, tmp_path)
-    with pytest.raises(KubeConfigError, match="K8S_INSECURE_SKIP_TLS_VERIFY='maybe'"):
+    with pytest.raises(ConfigError, match="K8S_INSECURE_SKIP_TLS_VERIFY: invalid value 'maybe'"):
         _load({"K8S_API_ENDPOINT": "https://h", "K8S_INSECURE_SKIP_TLS_VERIFY": "maybe"},
               tmp_path)
-    with pytest.raises(KubeConfigError, match=r"CALICO_K8S_CA_FILE: file .*missing.pem"):
+    with pytest.raises(KubeConfigError, match=r"CALICO_K8S_CA_FILE/K8S_CA_FILE: file .*missing"):
         _load({"K8S_API_ENDPOINT": "https://h",
                "CALICO_K8S_CA_FILE": str(tmp_path / "missing.pem")}, tmp_path)
     with pytest.raises(KubeConfigError, match="both a certificate file and a key file"):
         _load({"K8S_API_ENDPOINT": "https://h", "K8S_CERT_FILE": str(pki["cert"])}, tmp_path)
-    with pytest.raises(KubeConfigError, match="'ftp://h' from K8S_API_ENDPOINT"):
+    with pytest.raises(KubeConfigError, match="'ftp://h' from CALICO_K8S_API_ENDPOINT/K8S_API"):
         _load({"K8S_API_ENDPOINT": "ftp://h"}, tmp_path)
 
 

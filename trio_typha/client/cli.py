@@ -123,9 +123,11 @@ async def _candidates(args: argparse.Namespace) -> list[TyphaAddress]:
         discovery = SrvDiscovery(args.srv, rng=rng,
                                  server=(server.host, server.port) if server else None)
     elif args.k8s_service:
+        from ..config import environment_config
         from ..datastore.k8s_api import KubeApi
         from ..datastore.k8s_config import load_kube_client_config
-        async with KubeApi(load_kube_client_config(), request_timeout=10.0) as api:
+        async with KubeApi(load_kube_client_config(environment_config()),
+                           request_timeout=10.0) as api:
             return await EndpointSliceDiscovery(
                 api, service=args.k8s_service, namespace=args.k8s_namespace,
                 node_name=args.node_name, rng=rng).discover()

@@ -36,11 +36,12 @@ import httpx
 import trio
 
 from ..backoff import Backoff
+from ..config import Config
 from ..model.kinds import ResourceKind
 from . import etcd_gateway as gw
 from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
-from .etcd_config import EtcdConfig, EtcdParams, etcd_config_from_params
+from .etcd_config import EtcdConfig
 from .etcd_layout import kind_prefix, watch_span
 from .etcd_state import EtcdSyncState
 from .stall import (
@@ -91,9 +92,9 @@ class EtcdDatastore:
         self._rng = rng or random.Random()
 
     @classmethod
-    def from_config(cls, params: EtcdParams, **kwargs: Any) -> EtcdDatastore:
-        """From the daemon's config (its ``etcd_*`` fields); raises EtcdConfigError."""
-        return cls(etcd_config_from_params(params), **kwargs)
+    def from_config(cls, cfg: Config, **kwargs: Any) -> EtcdDatastore:
+        """From the daemon's config (its ``etcd_*`` fields)."""
+        return cls(EtcdConfig.from_config(cfg), **kwargs)
 
     async def probe(self) -> str | None:
         """Ask each endpoint for its status once; None if one answered, else why none did

@@ -1,7 +1,8 @@
-"""Where the Kubernetes API is and how to authenticate to it, from the environment.
+"""Where the Kubernetes API is and how to authenticate to it, from Calico's client settings.
 
 Typha's KDD client reads the generic Calico client environment (not ``TYPHA_*``), each
-variable under the ``CALICO_`` prefix first and then bare, like ``envconfig.Process("calico")``:
+variable under the ``CALICO_`` prefix first and then bare, like ``envconfig.Process("calico")``
+(:mod:`trio_typha.config` declares and reads them; this module gets them parsed):
 
 * ``KUBECONFIG`` (a ``:``-separated list is allowed), parsed with the ``kubernetes`` package's
   kubeconfig loader (contexts, tokens, token files, exec plugins, inline certificate data);
@@ -21,16 +22,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+from ..config import Config, setting_names
 
-_TRUE = frozenset({"1", "t", "true"})
-_FALSE = frozenset({"0", "f", "false"})
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class KubeConfigError(ValueError):
@@ -65,49 +65,36 @@ class KubeClientConfig:
         return self.server.startswith("https://")
 
 
-def load_kube_client_config(environ: Mapping[str, str] | None = None, *,
-                            service_account_dir: Path = SERVICE_ACCOUNT_DIR,
-                            home: str | None = None) -> KubeClientConfig:
-    """Build the client config from the environment as Calico's ``CreateKubernetesClientset``.
-
-    ``service_account_dir`` and ``home`` are injectable for tests; ``home`` defaults to
-    ``$HOME`` from ``environ``.
-    """
-    env = os.environ if environ is None else environ
-    kubeconfig = _lookup(env, "KUBECONFIG")
-    endpoint = _lookup(env, "K8S_API_ENDPOINT")
-    context = _lookup(env, "K8S_CURRENT_CONTEXT")
-    if home is None:
-        home = env.get("HOME") or None
-    if kubeconfig is None and endpoint is None and home:
-        default = Path(home) / ".kube" / "config"
+def load_kube_client_config(cfg: Config, *,
+                            service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> KubeClientConfig:
+    """Build the client config from Calico's client settings in ``cfg``, as Calico's
+    ``CreateKubernetesClientset`` (``service_account_dir`` is injectable for tests)."""
+    kubeconfig = _setting(cfg.kubeconfig, "kubeconfig")
+    endpoint = _setting(cfg.k8s_api_endpoint, "k8s_api_endpoint")
+    if kubeconfig is None and endpoint is None and cfg.home:
+        default = Path(cfg.home) / ".kube" / "config"
         if default.exists():
             kubeconfig = ("$HOME/.kube/config", str(default))
 
     if kubeconfig is not None:
-        cfg = _from_kubeconfig(kubeconfig[0], kubeconfig[1], context[1] if context else None)
+        kube = _from_kubeconfig(kubeconfig[0], kubeconfig[1], cfg.k8s_current_context or None)
     elif endpoint is not None:
-        cfg = KubeClientConfig(server=endpoint[1], source=endpoint[0])
+        kube = KubeClientConfig(server=endpoint[1], source=endpoint[0])
     else:
-        cfg = _in_cluster(env, service_account_dir)
+        kube = _in_cluster(cfg, service_account_dir)
 
-    overrides: dict[str, object] = {}
-    for name, attr in (("K8S_API_ENDPOINT", "server"), ("K8S_CERT_FILE", "cert_file"),
-                       ("K8S_KEY_FILE", "key_file"), ("K8S_CA_FILE", "ca_file")):
-        found = _lookup(env, name)
-        if found is not None:
-            if attr != "server":
-                _require_file(found[0], found[1])
-            overrides[attr] = found[1]
-    insecure = _lookup(env, "K8S_INSECURE_SKIP_TLS_VERIFY")
-    if insecure is not None and _parse_bool(*insecure):
-        overrides["insecure_skip_tls_verify"] = True
-    group = _lookup(env, "CALICO_API_GROUP", prefixed=False)
-    if group is not None:
-        overrides["calico_api_group"] = group[1]
-    cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
-    _validate(cfg)
-    return cfg
+    for name in ("k8s_cert_file", "k8s_key_file", "k8s_ca_file"):
+        if path := getattr(cfg, name):
+            _require_file(setting_names(name), path)
+    kube = replace(
+        kube, server=cfg.k8s_api_endpoint or kube.server,
+        cert_file=cfg.k8s_cert_file or kube.cert_file,
+        key_file=cfg.k8s_key_file or kube.key_file, ca_file=cfg.k8s_ca_file or kube.ca_file,
+        insecure_skip_tls_verify=cfg.k8s_insecure_skip_tls_verify
+        or kube.insecure_skip_tls_verify,
+        calico_api_group=cfg.calico_api_group or kube.calico_api_group)
+    _validate(kube)
+    return kube
 
 
 def build_ssl_context(cfg: KubeClientConfig) -> ssl.SSLContext:
@@ -141,24 +128,9 @@ def read_token_file(path: str) -> str:
     return f"Bearer {token}"
 
 
-def _lookup(env: Mapping[str, str], name: str, *,
-            prefixed: bool = True) -> tuple[str, str] | None:
-    """``(variable, value)`` for ``CALICO_<name>`` or else ``<name>``; empty counts as unset."""
-    names = (f"CALICO_{name}", name) if prefixed else (name,)
-    for var in names:
-        value = env.get(var, "")
-        if value:
-            return var, value
-    return None
-
-
-def _parse_bool(var: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise KubeConfigError(f"{var}={value!r} is not a boolean (use true or false)")
+def _setting(value: str, field: str) -> tuple[str, str] | None:
+    """``(variable names, value)`` of a set client setting (the names, for messages)."""
+    return (setting_names(field), value) if value else None
 
 
 def _require_file(what: str, path: str) -> None:
@@ -166,9 +138,8 @@ def _require_file(what: str, path: str) -> None:
         raise KubeConfigError(f"{what}: file {path} does not exist")
 
 
-def _in_cluster(env: Mapping[str, str], sa_dir: Path) -> KubeClientConfig:
-    host = env.get("KUBERNETES_SERVICE_HOST", "")
-    port = env.get("KUBERNETES_SERVICE_PORT", "")
+def _in_cluster(cfg: Config, sa_dir: Path) -> KubeClientConfig:
+    host, port = cfg.kubernetes_service_host, cfg.kubernetes_service_port
     if not host or not port:
         raise KubeConfigError(
             "no Kubernetes API configured: set KUBECONFIG or K8S_API_ENDPOINT, or run in a pod "

@@ -1,7 +1,7 @@
 """The Kubernetes API datastore (KDD, ``TYPHA_DATASTORETYPE=kubernetes``).
 
 Open it with :func:`open_kubernetes_datastore` (or, before the trio loop runs,
-:meth:`KubernetesDatastore.from_environment`); either settles which API group backs Calico's
+:meth:`KubernetesDatastore.from_config`); either settles which API group backs Calico's
 resources (:attr:`KubernetesDatastore.calico_group`, to be passed to the model layer when
 asking for the kinds to watch), then :meth:`KubernetesDatastore.watch` runs one list-watch
 loop (:class:`~trio_typha.datastore.k8s_watch.KindWatcher`) per kind.
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import random as _random
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
 import trio
 
+from ..config import Config
 from ..model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, ResourceKind
 from .base import DatastoreEvent
 from .k8s_api import ApiError, KubeApi, served_groups_blocking
@@ -93,22 +94,21 @@ class KubernetesDatastore:
         self.watches = WatchBoard(trio.current_time)
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None, *,
-                         tuning: WatchTuning | None = None,
-                         random: Callable[[], float] | None = None) -> KubernetesDatastore:
-        """Build from the Calico client environment (:mod:`.k8s_config`) before ``trio.run``.
+    def from_config(cls, cfg: Config, *, tuning: WatchTuning | None = None,
+                    random: Callable[[], float] | None = None) -> KubernetesDatastore:
+        """Build from Calico's client settings (:mod:`.k8s_config`) before ``trio.run``.
 
         Without ``CALICO_API_GROUP`` the API group is discovered with one blocking request,
         as Calico does while building its client; that must not stall a running trio loop,
         so inside trio use :func:`open_kubernetes_datastore` instead.
         """
-        config = load_kube_client_config(environ)
+        config = load_kube_client_config(cfg)
         log.info("Kubernetes API server %s (from %s)", config.server, config.source)
         if config.calico_api_group:
             group = _decided(config.calico_api_group, None)
         else:
             if trio.lowlevel.in_trio_run():
-                raise RuntimeError("KubernetesDatastore.from_environment() would block the "
+                raise RuntimeError("KubernetesDatastore.from_config() would block the "
                                    "trio loop for API-group discovery: set CALICO_API_GROUP "
                                    "or use open_kubernetes_datastore()")
             try:

@@ -41,9 +41,16 @@ class ServerSettings:
     @classmethod
     def from_config(cls, cfg: Config) -> ServerSettings:
         """The settings ``cfg`` asks for, re-defaulted and normalized as Typha does."""
-        values = {f.name: cfg.effective(f.metadata["typha_param"])
-                  for f in dataclasses.fields(cls) if "typha_param" in f.metadata}
-        return cls(**values).normalized()
+        return cls(
+            ping_interval=cfg.ping_interval, pong_timeout=cfg.server_pong_timeout_secs,
+            handshake_timeout=cfg.handshake_timeout, write_timeout=cfg.write_timeout,
+            max_fall_behind=cfg.max_fall_behind,
+            new_client_fall_behind_grace=cfg.new_client_fall_behind_grace,
+            min_batching_age=cfg.min_batching_age, max_message_size=cfg.max_message_size,
+            snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
+            max_concurrent_streams=cfg.server_max_concurrent_streams,
+            drain_timeout=cfg.server_drain_timeout_secs,
+            h2_idle_timeout=cfg.server_h2_idle_timeout_secs).normalized()
 
     def normalized(self) -> ServerSettings:
         """Apply Typha's re-defaulting: PongTimeout must exceed twice the ping interval."""

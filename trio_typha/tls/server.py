@@ -1,9 +1,9 @@
 """Typha's mutual TLS: require a client certificate chained to the CA, then check CN / URI SAN.
 
 If both ClientCN and ClientURISAN are configured, either matching is enough; if only one is,
-it must match (docs/typha-protocol.md §1).  ``TLS_MIN_VERSION`` (``1.2`` or ``1.3``) and
-``TLS_CIPHER_SUITES`` (Go's cipher suite names, comma-separated) are read from the
-environment as Calico does; unlike Calico an invalid value is a named configuration error.
+it must match (docs/typha-protocol.md §1).  The lowest TLS version and the TLS 1.2 cipher
+suites are Calico's ``TLS_MIN_VERSION`` / ``TLS_CIPHER_SUITES`` (crypto/pkg/tls/tls.go), read
+and checked by :mod:`trio_typha.config` and given here as a :class:`TLSPolicy`.
 
 :class:`ServerTLS` re-reads the certificate, key and CA files when they change on disk (it
 looks on every accepted connection: three ``stat`` calls), so a rotated certificate takes
@@ -15,83 +15,47 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError
+from ..config import CIPHER_SUITES, Config, ConfigError
 from .diagnosis import enable_capture
 
 log = logging.getLogger(__name__)
 
-#: Go's TLS 1.2 cipher suite names → OpenSSL's.  TLS 1.3 suites are fixed (as in Go).
-GO_CIPHER_SUITES = {
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
-}
-TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
-                          "TLS_CHACHA20_POLY1305_SHA256"})
-#: Calico's default TLS 1.2 suites: ECDHE with AES-GCM, ChaCha20-Poly1305 and AES-CBC-SHA.
-DEFAULT_SUITES = ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-                  "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-                  "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-                  "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-                  "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-                  "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-                  "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
-                  "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA", "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA")
+@dataclass(frozen=True, slots=True)
+class TLSPolicy:
+    """The lowest TLS version and the OpenSSL cipher string for TLS 1.2 (build it with
+    :meth:`from_config`: the defaults are the configuration's)."""
+
+    minimum: ssl.TLSVersion
+    ciphers: str
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> TLSPolicy:
+        versions = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+        names = (CIPHER_SUITES[n] for n in cfg.tls_cipher_suites)
+        return cls(versions[cfg.tls_min_version],
+                   ":".join(dict.fromkeys(n for n in names if n is not None)))
+
+    def apply(self, ctx: ssl.SSLContext) -> None:
+        ctx.minimum_version = self.minimum
+        if self.ciphers:
+            ctx.set_ciphers(self.ciphers)
 
 
-def tls_policy(env: Mapping[str, str] | None = None) -> tuple[ssl.TLSVersion, str]:
-    """(minimum version, OpenSSL cipher string) from TLS_MIN_VERSION / TLS_CIPHER_SUITES."""
-    env = os.environ if env is None else env
-    raw_min = env.get("TLS_MIN_VERSION", "").strip()
-    versions = {"": ssl.TLSVersion.TLSv1_2, "1.2": ssl.TLSVersion.TLSv1_2,
-                "1.3": ssl.TLSVersion.TLSv1_3}
-    if raw_min not in versions:
-        raise ConfigError(f"TLS_MIN_VERSION: invalid value {raw_min!r}: expected 1.2 or 1.3")
-    raw_suites = env.get("TLS_CIPHER_SUITES", "").strip()
-    names = [n.strip() for n in raw_suites.split(",") if n.strip()] or list(DEFAULT_SUITES)
-    unknown = [n for n in names if n not in GO_CIPHER_SUITES and n not in TLS13_SUITES]
-    if unknown:
-        raise ConfigError(f"TLS_CIPHER_SUITES: unknown cipher suite(s) {', '.join(unknown)}; "
-                          f"expected Go names such as {DEFAULT_SUITES[1]}")
-    ciphers = ":".join(dict.fromkeys(GO_CIPHER_SUITES[n] for n in names if n in GO_CIPHER_SUITES))
-    return versions[raw_min], ciphers
-
-
-def server_ssl_context(cert_file: str, key_file: str, ca_file: str, *,
-                       env: Mapping[str, str] | None = None, capture: bool = True
-                       ) -> ssl.SSLContext:
+def server_ssl_context(cert_file: str, key_file: str, ca_file: str, policy: TLSPolicy, *,
+                       capture: bool = True) -> ssl.SSLContext:
     """The server context; :class:`ConfigError` naming the setting if a file is bad.
 
     ``capture``: record the peer's certificate during handshakes (for diagnosis; it costs
     a Python call per TLS record, so connections move to a context without it once the
     handshake is done: :attr:`ServerTLS.serving`)."""
-    minimum, ciphers = tls_policy(env)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = minimum
+    policy.apply(ctx)
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
     # No TLS 1.2 renegotiation: a write must never need a read (stream.TLSStream).
     ctx.options |= ssl.OP_NO_RENEGOTIATION
-    if ciphers:
-        ctx.set_ciphers(ciphers)
     _load(ctx, "TYPHA_SERVER", cert_file, key_file, "TYPHA_CAFILE", ca_file)
     ctx.verify_mode = ssl.CERT_REQUIRED
     # gRPC clients negotiate h2 by ALPN; Typha's Go client sends no ALPN.
@@ -135,16 +99,18 @@ def _why(exc: BaseException) -> str:
 class ServerTLS:
     """The current server context, rebuilt when the cert, key or CA file changes."""
 
-    def __init__(self, cert_file: str, key_file: str, ca_file: str) -> None:
+    def __init__(self, cert_file: str, key_file: str, ca_file: str,
+                 policy: TLSPolicy) -> None:
         self.files = (cert_file, key_file, ca_file)
+        self.policy = policy
         self._stamp = self._stat()
         self.context, self.serving = self._build()
         self.reloads = 0
 
     def _build(self) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         """(handshake context, the same without certificate capture for after it)."""
-        return (server_ssl_context(*self.files),
-                server_ssl_context(*self.files, capture=False))
+        return (server_ssl_context(*self.files, self.policy),
+                server_ssl_context(*self.files, self.policy, capture=False))
 
     def _stat(self) -> tuple[tuple[int, int, int], ...]:
         out = []
@@ -232,15 +198,12 @@ _CLIENT_AUTH = {"RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 
 
 def metrics_ssl_context(cert_file: str, key_file: str, ca_file: str, client_auth: str,
-                        *, env: Mapping[str, str] | None = None) -> ssl.SSLContext:
+                        policy: TLSPolicy) -> ssl.SSLContext:
     """The /metrics HTTPS context (Typha's PrometheusMetrics{Cert,Key,CA}File, ClientAuth).
 
     Built per connection, so rotated files apply to the next scrape, as in Typha."""
-    minimum, ciphers = tls_policy(env)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = minimum
-    if ciphers:
-        ctx.set_ciphers(ciphers)
+    policy.apply(ctx)
     _load(ctx, "TYPHA_PROMETHEUSMETRICS", cert_file, key_file,
           "TYPHA_PROMETHEUSMETRICSCAFILE", ca_file)
     if not ca_file and _CLIENT_AUTH[client_auth] is not ssl.CERT_NONE:
