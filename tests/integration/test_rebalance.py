@@ -1,8 +1,8 @@
 """ConnectionRebalancingMode=kubernetes against the test bed API server.
 
 The replica count comes from the ``calico-typha`` Service's EndpointSlices and the node
-count from the Nodes the felix cache holds, as in Typha; the targets are the reference's
-worked examples.  With the limit below the connection count, the governor sheds one
+count from the Nodes the felix cache holds, as in Typha; the targets are worked examples of
+Typha's formula (``typha/pkg/k8s/rebalance.go``).  With the limit below the connection count, the governor sheds one
 connection per ConnectionDropIntervalSecs: gob clients are disconnected, gRPC clients get
 GOAWAY and UNAVAILABLE.
 """

@@ -47,7 +47,7 @@ from trio_typha.protocols.gob.messages import (
 
 
 def h(*parts: str) -> bytes:
-    """Bytes from the reference's notation: hex groups, or a "quoted" literal."""
+    """Bytes written as hex groups, or as a "quoted" literal."""
     out = b""
     for part in parts:
         if part.startswith('"'):
@@ -125,7 +125,7 @@ def test_struct_encoding_omits_zero_fields_and_uses_deltas() -> None:
     assert decoded == [{"a": 5}]
 
 
-# --- the reference's worked examples (§10)
+# --- whole messages (the canned vector is the one of typha/pkg/syncproto/sync_proto_test.go)
 
 CANNED = ("Iv+BAwEBCEVudmVsb3BlAf+CAAEBAQdNZXNzYWdlARAAAAD/jP+CATtnaXRodWIuY29tL3Byb2plY3RjYWxp"
           "Y28vdHlwaGEvcGtnL3N5bmNwcm90by5Nc2dDbGllbnRIZWxsb/+DAwEBDk1zZ0NsaWVudEhlbGxvAf+EAAE"

@@ -53,7 +53,7 @@ def test_crc_test_vector() -> None:
     assert masked(b"123456789") == bytes.fromhex("e5 b0 8a c7")
 
 
-def test_reference_chunk_example() -> None:
+def test_a_short_message_is_one_uncompressed_chunk() -> None:
     assert snappy.chunks(bytes.fromhex("07 ff 8c 03 01 02 00 00")) == bytes.fromhex(
         "01 0c 00 00 dc 29 ff 56 07 ff 8c 03 01 02 00 00")
 

@@ -1,4 +1,6 @@
-"""crd.projectcalico.org/v1 → projectcalico.org/v3 conversion (reference §3.4, §4.2)."""
+"""crd.projectcalico.org/v1 → projectcalico.org/v3 conversion (the metadata annotation of
+``libcalico-go/lib/backend/k8s/resources/resources.go``, ``ConvertUID`` of
+``libcalico-go/lib/backend/k8s/conversion/conversion.go``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Endpoints, network sets, IP pools, IPAM blocks/affinities and felix Node keys
-(reference G9, G10 (v3 part), G13, §4.6, §4.7)."""
+"""Endpoints, network sets, IP pools, IPAM blocks/affinities and felix Node keys, as Calico's
+update processors make them (``libcalico-go/lib/backend/syncersv1/updateprocessors/``:
+``workloadendpointprocessor.go``, ``hostendpointprocessor.go``, ``networksetprocessor.go``,
+``globalnetworksetprocessor.go``, ``ippoolprocessor.go``, ``felixnodeprocessor.go``; IPAM in
+``libcalico-go/lib/backend/model/block.go`` and ``block_affinity.go``)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from trio_typha.model.netsets import global_network_set_kvs, network_set_kvs
 from trio_typha.model.nodes import felix_node_kvs
 
 
-def test_g13_host_endpoint_and_network_sets() -> None:
+def test_host_endpoint_and_network_sets() -> None:
     hep = {"metadata": {"name": "eth0-node-1", "labels": {"role": "gw"}},
            "spec": {"node": "node-1", "interfaceName": "eth0", "expectedIPs": ["10.0.0.11"],
                     "profiles": ["projectcalico-default-allow"]}}
@@ -44,7 +47,7 @@ def test_host_endpoint_dscp_annotation() -> None:
     assert qos("99") is None and qos("XX") is None
 
 
-def test_g9_ip_pool() -> None:
+def test_ip_pool() -> None:
     pool = {"metadata": {"name": "default-ipv4-ippool"}, "spec": {
         "cidr": "10.244.0.0/16", "ipipMode": "Always", "vxlanMode": "Never", "natOutgoing": True,
         "blockSize": 26, "allowedUses": ["Workload", "Tunnel"], "assignmentMode": "Automatic"}}

@@ -1,4 +1,6 @@
-"""ClusterInformation / FelixConfiguration → config keys (reference G8, §4.8)."""
+"""ClusterInformation / FelixConfiguration → config keys
+(``libcalico-go/lib/backend/syncersv1/updateprocessors/configurationprocessor.go``,
+``felixconfigprocessor.go``, ``clusterinfoprocessor.go``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ def _kv(triples: list[tuple[str, bytes, str]]) -> dict[str, bytes]:
     return {k: v for k, v, _ in triples}
 
 
-def test_g8_cluster_information() -> None:
+def test_cluster_information() -> None:
     ci = {"metadata": {"name": "default"}, "spec": {
         "clusterGUID": "0123abcd", "clusterType": "typha,kdd,k8s", "calicoVersion": "v3.31.0",
         "datastoreReady": True}}
@@ -33,7 +35,7 @@ def test_cluster_information_per_node_and_other_names() -> None:
     assert rv == "5" and b"resourceVersion" not in value
 
 
-def test_g8_felix_configuration() -> None:
+def test_felix_configuration() -> None:
     fc = {"metadata": {"name": "default",
                        "annotations": {"config.projectcalico.org/Foo": "bar"}},
           "spec": {"logSeverityScreen": "Info", "reportingInterval": "0s", "ipipEnabled": True,

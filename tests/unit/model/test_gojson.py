@@ -135,7 +135,7 @@ def test_marshalers_normalise_like_go() -> None:
 
 
 def test_v3_passthrough_artefacts() -> None:
-    """G7: the zero creationTimestamp is null and empty rule sides are {}."""
+    """The default-allow profile: the zero creationTimestamp is null and empty rule sides are {}."""
     profile = {"kind": "Profile", "apiVersion": "projectcalico.org/v3",
                "metadata": {"name": "projectcalico-default-allow"},
                "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}]}}

@@ -13,7 +13,8 @@ from trio_typha.model.k8s_quantity import clamp_quantity, quantity_value
 
 
 @pytest.mark.parametrize(("uid", "expected"), [
-    # The reference's examples (the first is also in Calico's own tests).
+    # Worked examples of Calico's ConvertUID (the first is also in
+    # libcalico-go/lib/backend/k8s/conversion/conversion_test.go).
     ("30316465-6365-4463-ad63-3564622d3638", "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c"),
     ("11111111-2222-4333-8444-555555555555", "88888888-4444-43cc-8422-aaaaaaaaaaaa"),
     # Other spellings Go's uuid.Parse accepts give the canonical lower-case output.

@@ -1,4 +1,5 @@
-"""Kubernetes Node -> v3 Node (Calico KDD conversion), golden G10 and annotations."""
+"""Kubernetes Node -> v3 Node (Calico's KDD conversion,
+``libcalico-go/lib/backend/k8s/resources/node.go``) and its annotations."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def make_node(annotations: dict[str, str] | None = None, labels: dict[str, str] 
             "status": {"addresses": addresses or []}}
 
 
-def test_g10_node() -> None:
+def test_node() -> None:
     node = make_node(
         annotations={P + "IPv4Address": "10.0.0.11/24", P + "IPv4IPIPTunnelAddr": "10.244.1.1",
                      "node.alpha.kubernetes.io/ttl": "0"},

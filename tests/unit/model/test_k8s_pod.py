@@ -1,4 +1,5 @@
-"""Pod -> v3 WorkloadEndpoint (Calico KDD conversion), golden G4 and edge cases."""
+"""Pod -> v3 WorkloadEndpoint (Calico's KDD conversion,
+``libcalico-go/lib/backend/k8s/conversion/workload_endpoint_default.go``) and edge cases."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ G4_POD = make_pod(
 )
 
 
-def test_g4_pod_to_workload_endpoint() -> None:
+def test_pod_to_workload_endpoint() -> None:
     assert pod_to_workload_endpoint(G4_POD) == {
         "kind": "WorkloadEndpoint",
         "apiVersion": "projectcalico.org/v3",
@@ -81,7 +82,7 @@ def test_g4_pod_to_workload_endpoint() -> None:
     }
 
 
-def test_g4_dict_keys_follow_go_field_order() -> None:
+def test_dict_keys_follow_go_field_order() -> None:
     wep = pod_to_workload_endpoint(G4_POD)
     assert wep is not None
     assert list(wep) == ["kind", "apiVersion", "metadata", "spec"]
@@ -109,7 +110,7 @@ def test_metadata_uid_timestamp_generate_name_are_copied() -> None:
     }
 
 
-def test_g4_variant_single_pod_ip() -> None:
+def test_variant_single_pod_ip() -> None:
     pod = make_pod(status={"phase": "Running", "podIP": "10.244.1.5"})
     wep = pod_to_workload_endpoint(pod)
     assert wep is not None

@@ -1,4 +1,5 @@
-"""Kubernetes NetworkPolicy -> v3 NetworkPolicy (Calico KDD conversion), goldens G1-G3."""
+"""Kubernetes NetworkPolicy -> v3 NetworkPolicy (Calico's KDD conversion,
+``libcalico-go/lib/backend/k8s/conversion/conversion.go``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def spec_of(spec: dict[str, Any]) -> dict[str, Any]:
     return k8s_network_policy_to_calico(make_np(spec))["spec"]
 
 
-def test_g1_namespace_and_pod_peers() -> None:
+def test_namespace_and_pod_peers() -> None:
     np = make_np(
         {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
          "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}},
@@ -58,13 +59,13 @@ def test_g1_namespace_and_pod_peers() -> None:
     }
 
 
-def test_g1_key_kind_constant() -> None:
+def test_key_kind_constant() -> None:
     # The felix processor keys KDD Kubernetes policies under this kind, without prefix.
     assert KUBERNETES_NETWORK_POLICY_KIND == "KubernetesNetworkPolicy"
     assert k8s_network_policy_to_calico(make_np({}))["metadata"]["name"] == "np"
 
 
-def test_g2_egress_ip_block_two_protocols_end_port() -> None:
+def test_egress_ip_block_two_protocols_end_port() -> None:
     assert spec_of({
         "podSelector": {}, "policyTypes": ["Egress"],
         "egress": [{"to": [{"ipBlock": {"cidr": "10.1.0.0/16", "except": ["10.1.5.0/24"]}}],
@@ -86,24 +87,24 @@ def test_g2_egress_ip_block_two_protocols_end_port() -> None:
     }
 
 
-def test_g3_default_deny_both_directions() -> None:
+def test_default_deny_both_directions() -> None:
     assert spec_of({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}) == {
         "tier": "default", "order": 1000.0, "selector": K8S, "types": ["Ingress", "Egress"]}
 
 
-def test_g3_allow_all_ingress_rule() -> None:
+def test_allow_all_ingress_rule() -> None:
     assert spec_of({"podSelector": {}, "ingress": [{}]})["ingress"] == [
         {"action": "Allow", "source": {}, "destination": {}}]
 
 
-def test_g3_empty_namespace_selector_means_all_namespaces() -> None:
+def test_empty_namespace_selector_means_all_namespaces() -> None:
     assert spec_of({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}
                    )["ingress"] == [
         {"action": "Allow", "source": {"selector": K8S, "namespaceSelector": "all()"},
          "destination": {}}]
 
 
-def test_g3_consecutive_ports_merge_into_a_range() -> None:
+def test_consecutive_ports_merge_into_a_range() -> None:
     rules = spec_of({"ingress": [{"ports": [{"port": 80}, {"port": 81}, {"port": 82}]}]}
                     )["ingress"]
     assert rules == [{"action": "Allow", "protocol": "TCP", "source": {},

@@ -1,4 +1,6 @@
-"""Namespace / ServiceAccount -> v3 Profile and the default-allow profile (G5-G7)."""
+"""Namespace / ServiceAccount -> v3 Profile and the default-allow profile
+(``libcalico-go/lib/backend/k8s/conversion/conversion.go``,
+``libcalico-go/lib/backend/k8s/resources/profile.go``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from trio_typha.model.k8s import (
 ALLOW = {"action": "Allow", "source": {}, "destination": {}}
 
 
-def test_g5_namespace_profile() -> None:
+def test_namespace_profile() -> None:
     ns = {"apiVersion": "v1", "kind": "Namespace",
           "metadata": {"name": "prod", "uid": "11111111-2222-4333-8444-555555555555",
                        "resourceVersion": "500", "creationTimestamp": "2024-05-01T10:00:00Z",
@@ -49,7 +51,7 @@ def test_namespace_name_label_cannot_be_spoofed() -> None:
         "pcns.projectcalico.org/name": "prod"}
 
 
-def test_g6_service_account_profile() -> None:
+def test_service_account_profile() -> None:
     sa = {"metadata": {"name": "default", "namespace": "prod", "resourceVersion": "77",
                        "uid": "30316465-6365-4463-ad63-3564622d3638",
                        "creationTimestamp": "2024-05-02T08:30:00Z"}}
@@ -84,7 +86,7 @@ def test_missing_or_bad_uid_fails(uid: str | None) -> None:
         service_account_to_profile({"metadata": meta})
 
 
-def test_g7_default_allow_profile() -> None:
+def test_default_allow_profile() -> None:
     assert DEFAULT_ALLOW_PROFILE == {
         "kind": "Profile",
         "apiVersion": "projectcalico.org/v3",

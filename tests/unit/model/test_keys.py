@@ -21,7 +21,7 @@ def test_escape_is_invertible(name: str) -> None:
     assert "/" not in keys.escape_name(name)
 
 
-def test_reference_examples() -> None:
+def test_key_path_of_each_kind() -> None:
     net = parse_cidr
     assert keys.policy_key("NetworkPolicy", "prod", "np1") == \
         "/calico/v1/policy/NetworkPolicy/prod/np1"

@@ -1,5 +1,7 @@
-"""Policies, rules and tiers: the reference's golden examples G11, G12, G14 and the rule
-and selector rules of §4.2/§4.3."""
+"""Policies, rules and tiers, and the rule and selector conversions of Calico's update
+processors (``libcalico-go/lib/backend/syncersv1/updateprocessors/``:
+``networkpolicyprocessor.go``, ``globalnetworkpolicyprocessor.go``, ``tierprocessor.go``,
+``rules.go``, ``selectors.go``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ def _one(kvs: list[tuple[str, bytes]]) -> tuple[str, bytes]:
     return kvs[0]
 
 
-def test_g11_global_network_policy_with_namespace_selector() -> None:
+def test_global_network_policy_with_namespace_selector() -> None:
     gnp = {"metadata": {"name": "gnp1"}, "spec": {
         "tier": "security", "order": 10, "selector": "app == 'db'",
         "namespaceSelector": "team == 'a'", "types": ["Ingress"],
@@ -33,7 +35,7 @@ def test_g11_global_network_policy_with_namespace_selector() -> None:
         b'"selector":"(app == \'db\') \\u0026\\u0026 pcns.team == \\"a\\"","types":["ingress"]}')
 
 
-def test_g12_network_policy_with_service_account_names() -> None:
+def test_network_policy_with_service_account_names() -> None:
     np = {"metadata": {"name": "np1", "namespace": "prod"}, "spec": {
         "order": 100, "selector": "app == 'api'", "types": ["Egress"],
         "egress": [{"action": "Allow", "protocol": "TCP", "destination": {
@@ -52,7 +54,7 @@ def test_g12_network_policy_with_service_account_names() -> None:
     assert b"&&" not in value  # HTML-escaped on the wire
 
 
-def test_g14_tier_defaults() -> None:
+def test_tier_defaults() -> None:
     assert tier_kvs("default", {"spec": {}}, kdd=True) == [
         ("/calico/v1/policy/tier/default/metadata", b'{"order":1000000,"defaultAction":"Deny"}')]
     # etcd mode does not default the order; only Pass is kept as an action.

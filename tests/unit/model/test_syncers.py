@@ -58,7 +58,7 @@ def test_other_syncer_kinds() -> None:
         syncer_definition("bogus")
 
 
-def test_g7_default_allow_profile_is_static_for_felix_only() -> None:
+def test_default_allow_profile_is_static_for_felix_only() -> None:
     for mode in DatastoreMode:
         static = syncer_definition("felix", mode).static_kvs
         assert static == (
