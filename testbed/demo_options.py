@@ -76,5 +76,3 @@ def options(args: argparse.Namespace) -> Options:
                    dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port,
                    json=args.json, quiescence_timeout=args.quiescence_timeout,
                    workdir=args.workdir)
-
-

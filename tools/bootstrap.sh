@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by tests/run.sh and testbed/demo.sh: makes a fresh Debian machine ready.
-#   bootstrap_env            python3-venv + .venv with trio-typha installed
+#   bootstrap_env            python3-venv + .venv with trio-typha and its test bed
+#                            (trio-typha-testbed, testbed/: the demo's API server and fleet)
 #   bootstrap_env test       ... plus the test extras, etcd-server, Go and chromium
 set -euo pipefail
 
@@ -34,9 +35,11 @@ bootstrap_env() {
   fi
   local spec=.
   [ "$want" = test ] && spec='.[test]'
+  # Both distributions in one resolution: the test bed requires this trio-typha.
   # pip's and setuptools' chatter goes to a log, shown only if the install fails.
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
-         .venv/bin/python -m pip install -q -e "$spec"; } >.venv/pip-install.log 2>&1; then
+         .venv/bin/python -m pip install -q -e "$spec" -e ./testbed; } \
+       >.venv/pip-install.log 2>&1; then
     cat .venv/pip-install.log >&2
     echo "pip install failed (log: .venv/pip-install.log)" >&2
     return 1

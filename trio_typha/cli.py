@@ -5,6 +5,10 @@ that override both).  ``client`` is a debugging client in the spirit of Calico's
 it prints the snapshot size, the time to in-sync, then updates; ``--once`` exits after in-sync
 with a one-line summary.  ``connections`` asks one or more replicas who is connected
 (``GET /connections`` on the health port) and prints a table with the spread over replicas.
+
+Other distributions add subcommands through the ``trio_typha.commands`` entry point group
+(:class:`Command`): ``demo`` comes with the test bed, ``trio-typha-testbed``, which this
+package neither ships nor imports.  Without it ``demo`` says how to get it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import NamedTuple, Protocol
 
 import trio
 
@@ -43,7 +49,75 @@ _SERVE_FLAGS = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+#: The entry point group of subcommands other distributions provide.
+COMMANDS_GROUP = "trio_typha.commands"
+#: The exit status of an optional subcommand whose distribution is not installed.
+EXIT_NOT_INSTALLED = 2
+
+
+class OptionalCommand(NamedTuple):
+    """A subcommand another distribution provides, and how to get it."""
+
+    distribution: str
+    what: str
+    checkout_dir: str  # its source in a trio-typha checkout
+    help: str
+
+
+OPTIONAL_COMMANDS = {
+    "demo": OptionalCommand("trio-typha-testbed", "the test bed", "./testbed",
+                     "the whole system on this machine: an API server, three replicas, an "
+                     "agent fleet, churn, a dashboard and a convergence verdict"),
+}
+
+
+class Command(Protocol):
+    """What a ``trio_typha.commands`` entry point names."""
+
+    help: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+class _Missing:
+    """Stands in for an optional subcommand that cannot be loaded; running it says why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        spec = OPTIONAL_COMMANDS[name]
+        self.help = f"{spec.help} (needs {spec.distribution})"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """None: whatever follows is the missing command's (see :func:`main`)."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        print(f"trio-typha: {self.name} {self.reason}", file=sys.stderr)
+        return EXIT_NOT_INSTALLED
+
+
+def plugin_commands() -> dict[str, Command]:
+    """The optional subcommands: each one as its installed distribution provides it, or a
+    :class:`_Missing` saying how to install it (a broken plugin never stops ``serve``)."""
+    found = {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
+    out: dict[str, Command] = {}
+    for name, spec in OPTIONAL_COMMANDS.items():
+        if name not in found:
+            out[name] = _Missing(name, f"needs {spec.what}, which is not installed: pip "
+                                       f"install {spec.distribution} (in a checkout: pip "
+                                       f"install {spec.checkout_dir})")
+            continue
+        try:
+            out[name] = found[name].load()
+        except ImportError as exc:
+            out[name] = _Missing(name, f"needs {spec.what}: {spec.distribution} is installed "
+                                       f"but cannot be loaded ({exc})")
+    return out
+
+
+def _parser(commands: dict[str, Command] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trio-typha", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=BUILD_VERSION)
     sub = p.add_subparsers(dest="command", required=True)
@@ -107,10 +181,9 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--json", action="store_true", help="print the replicas' documents as JSON")
     n.add_argument("--timeout", type=float, default=5.0, help="seconds per replica")
 
-    d = sub.add_parser("demo", help="the whole system on this machine: an API server, three "
-                       "replicas, an agent fleet, churn, a dashboard and a convergence verdict")
-    from testbed.demo_options import add_arguments
-    add_arguments(d)
+    for name, command in (plugin_commands() if commands is None else commands).items():
+        command.add_arguments(sub.add_parser(name, help=command.help,
+                                             description=command.help))
     return p
 
 
@@ -178,16 +251,19 @@ def _client(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(early_log_level())
-    args = _parser().parse_args(argv)
+    commands = plugin_commands()
+    parser = _parser(commands)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not isinstance(commands.get(args.command), _Missing):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "connections":
             return _connections(args)
-        if args.command == "demo":
+        if args.command in commands:
             setup_logging("WARNING")
-            from testbed.demo import run as run_demo
-            return run_demo(args)
+            return commands[args.command].run(args)
         return _client(args)
     except TLSFilesError as exc:
         print(f"trio-typha: TLS files: {exc}", file=sys.stderr)

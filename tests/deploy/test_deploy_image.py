@@ -76,6 +76,20 @@ def test_image_shape() -> None:
     assert ignore[0] == "*" and "!trio_typha/" in ignore and "!tests/" not in ignore
 
 
+def test_image_holds_no_test_bed() -> None:
+    """The test bed (testbed/, the trio-typha-testbed distribution) is neither in the build
+    context nor copied, built or installed by any stage."""
+    ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert not [line for line in ignore if line.startswith("!") and "testbed" in line]
+    for word, rest in instructions():
+        if word in ("COPY", "ADD", "RUN"):
+            assert "testbed" not in rest, (word, rest)
+    sources = {src for word, rest in instructions() if word == "COPY"
+               and not rest.startswith("--from") for src in rest.split()[:-1]}
+    assert sources == {"pyproject.toml", "README.md", "trio_typha"}
+
+
 def healthcheck_command() -> list[str]:
     [health] = [rest for w, rest in final_stage() if w == "HEALTHCHECK"]
     return json.loads(health[health.index("CMD") + 3:].strip())
@@ -100,7 +114,7 @@ async def test_healthcheck_command_probes_liveness() -> None:
 
 def test_project_wheel_carries_the_entrypoint(tmp_path: Path) -> None:
     """What the first stage builds: the project's wheel, with the trio-typha command and
-    its package data, and no tests."""
+    its package data, and no tests, benchmarks or test bed."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300,
                    capture_output=True)
@@ -109,8 +123,12 @@ def test_project_wheel_carries_the_entrypoint(tmp_path: Path) -> None:
         names = z.namelist()
         [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
         assert "trio-typha = trio_typha.cli:main" in z.read(entry_points).decode()
+        [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = [line for line in z.read(metadata).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
+        assert requires and not [r for r in requires if "testbed" in r]
     assert "trio_typha/daemon.py" in names
-    assert not any(n.startswith("tests/") for n in names)
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "testbed/"))]
 
 
 def test_docker_build() -> None:
