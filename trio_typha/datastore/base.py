@@ -46,7 +46,7 @@ async def hand_over(send: trio.MemorySendChannel[DatastoreEvent],
     Not one ``await send.send()`` per event: each is a scheduling point, and under fan-out
     load one pass of the scheduler costs a broadcast round's worth of other tasks, so a
     watcher that yields per event ingests a few dozen events a second whatever the
-    datastore's rate (measured: 1,000 clients, 200 writes/s).  Handing a burst over in one
+    datastore's rate (docs/performance.md).  Handing a burst over in one
     go lets the pipeline take it as one batch, so the cache publishes it in one breadcrumb.
     Callers reach a checkpoint anyway: their next read of the datastore.
     """

@@ -8,8 +8,9 @@ sends only the differences.  Writes are synchronous, so a churn generator or a t
 change the store without awaiting anybody.
 
 Each object is kept serialized, as an API server or etcd keeps it (pickled, so every Python
-value comes back exactly as it was put): a pod is ~0.5 KiB so, against ~2.7 KiB as nested
-dicts, which was most of the process's memory with 100k pods.  Every read decodes a fresh
+value comes back exactly as it was put): pickled, a pod takes about a fifth of what it takes
+as nested dicts, which would otherwise be most of the process's memory in a large cluster.
+Every read decodes a fresh
 copy, so no reader can change what the store holds; the watcher decodes each object just
 before it hands it downstream.
 """

@@ -1,12 +1,12 @@
 """JSON decoding: ``json.loads``'s result, faster for small texts (pure).
 
-Every list page, watch event and validated value is decoded here.  For small texts orjson
-is 2.7x faster than the standard library (a 400-byte WorkloadEndpoint value: 1.7 us against
-4.6 us; 100k of them are validated at start-up) and yields the same Python values.  Texts
-over :data:`LARGE` go to ``json.loads``: with the garbage collector paused (as it is while
-the initial lists load, :mod:`..syncer.gcpause`) both decode a 51 MB list of 100k pods in
-0.4 s, and orjson's result raised the start-up's peak RSS by 80 MiB (measured: 610 against
-530 MiB).  Where the two could differ orjson is not used either:
+Every list page, watch event and validated value is decoded here.  For small texts (watch
+events, each value validated at start-up) orjson is several times faster than the standard
+library and yields the same Python values.  Texts over :data:`LARGE` go to ``json.loads``:
+with the garbage collector paused (as it is while the initial lists load,
+:mod:`..syncer.gcpause`) both decode a large list page equally fast, and orjson's result
+takes more memory, which raises the start-up's peak RSS (docs/performance.md).  Where the
+two could differ orjson is not used either:
 
 * input orjson refuses (NaN and Infinity, numbers beyond float64, lone surrogates, a byte
   order mark, UTF-16/32, nesting past 1024 levels) goes to ``json.loads``, which accepts or

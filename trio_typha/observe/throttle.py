@@ -1,7 +1,7 @@
 """Log lines about one peer, at most one per kind per interval (pure: the caller passes time).
 
-A hostile peer can make the server describe each of its misdeeds: one line per reset stream
-was 5-10 MB of log per attack.  :class:`LogThrottle` lets the first line of each (peer,
+A hostile peer can make the server describe each of its misdeeds, and one line per reset
+stream would fill the log at the attacker's rate.  :class:`LogThrottle` lets the first line of each (peer,
 kind) through, holds back the rest for ``interval`` seconds, and has the next line that
 gets through say how many were held back.
 """

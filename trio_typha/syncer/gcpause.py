@@ -2,9 +2,9 @@
 
 The initial sync builds millions of objects that either live on (cache values, the tracker,
 the watchers' revisions) or die by reference counting (decoded list pages); none of them
-form cycles.  Python's collector still walks them all, over and over as the heap grows:
-measured, a third of the start-up CPU with 100k pods, and each 100k-pod list page decoded
-3-7x slower.  So each pipeline holds a :class:`GCPause` until its cache is in sync, and
+form cycles.  Python's collector still walks them all, over and over as the heap grows,
+which is a large share of the start-up CPU and slows every list page's decode
+(docs/performance.md).  So each pipeline holds a :class:`GCPause` until its cache is in sync, and
 automatic collection resumes when the last holder lets go (the daemon then collects once
 and freezes what exists, see ``Daemon._freeze_after_sync``).  Holders are counted, so
 pipelines of several daemons in one process (tests) cannot leave the collector off, and it

@@ -284,7 +284,8 @@ MSG_KVS = Struct("MsgKVs", [
 
 ENVELOPE = Struct("Envelope", [Field("Message", "message", INTERFACE)], Envelope)
 
-#: (class, gob type) of every message, in the order of the reference's catalogue.
+#: (class, gob type) of every message, in the order ``typha/pkg/syncproto/sync_proto.go``'s
+#: ``init`` registers them.
 MESSAGE_TYPES: tuple[tuple[type, Struct], ...] = (
     (MsgClientHello, MSG_CLIENT_HELLO),
     (MsgDecoderRestart, MSG_DECODER_RESTART),
