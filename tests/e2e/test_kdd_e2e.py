@@ -143,9 +143,9 @@ async def kdd_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, group:
         try:
             if via_config:
                 # Typha's KDD client reads the Calico client environment, not TYPHA_*.
-                monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-                monkeypatch.setenv("CALICO_API_GROUP", f"{group}/{kube.version}")
-                cfg = daemon_config({"TYPHA_DATASTORETYPE": "kubernetes"})
+                cfg = daemon_config({"TYPHA_DATASTORETYPE": "kubernetes",
+                                     "KUBECONFIG": str(kubeconfig),
+                                     "CALICO_API_GROUP": f"{group}/{kube.version}"})
                 async with running_daemon(cfg) as daemon:
                     assert daemon.datastore.name == "kubernetes"
                     assert getattr(daemon.datastore, "calico_group", None) == group

@@ -129,17 +129,16 @@ async def run_gob(port: int, name: str, outcomes: dict[str, str],
 
 
 async def test_sheds_one_per_interval_down_to_the_target_grpc_with_goaway(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     async with open_apiserver() as srv:
         set_slices(srv, replicas(3))
-        # Not the KDD datastore: the poller finds the API server through KUBECONFIG, as
-        # Typha's does with etcd.
-        monkeypatch.setenv("KUBECONFIG", str(srv.kubeconfig_path(tmp_path)))
         store = MemoryStore()
         store.put_all(generate("tiny"))  # 3 nodes: 4 * (1 + (3*120 // 2) // 100) = 8
-        cfg = daemon_config(DatastoreType="memory", ConnectionRebalancingMode="kubernetes",
+        # Not the KDD datastore: the poller finds the API server through KUBECONFIG in the
+        # environment, as Typha's does with etcd.
+        cfg = daemon_config({"KUBECONFIG": str(srv.kubeconfig_path(tmp_path))},
+                            DatastoreType="memory", ConnectionRebalancingMode="kubernetes",
                             K8sServicePollIntervalSecs="0.5", ConnectionDropIntervalSecs="0.3",
                             MaxConnectionsLowerLimit="1", MaxConnectionsUpperLimit="100")
         from trio_typha.datastore.memory import MemoryDatastore
