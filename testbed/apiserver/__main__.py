@@ -37,7 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where to write the kubeconfig (default: a temp directory)")
     parser.add_argument("--history", type=int, default=10_000,
                         help="watch history window in events")
-    parser.add_argument("--bookmark-interval", type=float, default=10.0)
+    parser.add_argument("--bookmark-interval", type=float, default=10.0,
+                        help="seconds between watch bookmarks (kube-apiserver: 60)")
+    parser.add_argument("--progress-interval", type=float, default=600.0,
+                        help="seconds between etcd progress notifications (etcd: 600)")
     parser.add_argument("--require-token", action="store_true",
                         help="answer 401 to requests without the kubeconfig's token")
     parser.add_argument("--no-default-namespaces", action="store_true")
@@ -59,6 +62,7 @@ async def run(args: argparse.Namespace) -> None:
     server = ApiServer(calico_groups=_GROUPS[args.calico_group],
                        cluster_network_policy=args.cluster_network_policy,
                        history_size=args.history, bookmark_interval=args.bookmark_interval,
+                       progress_interval=args.progress_interval,
                        require_token=args.require_token,
                        default_namespaces=not args.no_default_namespaces,
                        ssl_context=context,

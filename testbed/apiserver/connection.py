@@ -170,7 +170,7 @@ class Connection:
                     nursery.start_soon(self._watch_peer, handle)
                     await self._send_lines(opening)
                     if not failed:
-                        await self._watch_loop(plan)
+                        await self._watch_loop(plan, handle.scope.deadline)
                     handle.scope.cancel()
         finally:
             self.server.watch_closed(handle)
@@ -178,10 +178,17 @@ class Connection:
             raise _Closed
         await self._send(h11.EndOfMessage())
 
-    async def _watch_loop(self, plan: WatchPlan) -> None:
+    async def _watch_loop(self, plan: WatchPlan, deadline: float) -> None:
         cursor = plan.cursor
         interval = self.server.bookmark_interval
-        next_bookmark = trio.current_time() + interval if plan.bookmarks else math.inf
+
+        def bookmark_after(now: float) -> float:
+            # kube-apiserver's schedule (storage/cacher/cache_watcher.go nextBookmarkTime):
+            # every interval whatever the traffic, and once 2 s before the deadline.
+            at = min(now + interval, deadline - 2.0)
+            return at if at > now else math.inf
+
+        next_bookmark = bookmark_after(trio.current_time()) if plan.bookmarks else math.inf
         while True:
             changed = self.server.changed_event()  # taken before polling: no lost wakeups
             try:
@@ -189,11 +196,13 @@ class Connection:
             except ApiError as e:  # history moved past us (compaction)
                 await self._send_lines([error_line(e)])
                 return
+            if trio.current_time() >= next_bookmark:
+                bookmark = cursor.periodic_bookmark()
+                if bookmark is not None:
+                    lines.append(bookmark)
+                next_bookmark = bookmark_after(trio.current_time())
             if lines:
                 await self._send_lines(lines)
-            elif trio.current_time() >= next_bookmark:
-                await self._send_lines([cursor.bookmark_line()])
-                next_bookmark = trio.current_time() + interval
             else:
                 with trio.move_on_at(next_bookmark):
                     await changed.wait()

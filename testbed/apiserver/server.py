@@ -44,7 +44,13 @@ class ApiServer:
         from discovery, like a cluster without that CRD).
       history_size: events kept for watch resumption and consistent pagination; older
         revisions answer 410.
-      bookmark_interval: seconds between BOOKMARK events on watches that allow them.
+      bookmark_interval: seconds between BOOKMARK events on watches that allow them
+        (kube-apiserver: one minute), sent whatever the traffic and once more 2 s before
+        the watch's deadline; each carries the revision its kind's watch cache has
+        processed, and only once that is past the watch's start.
+      progress_interval: seconds between etcd progress notifications, which move every
+        kind's watch cache (and so its bookmarks) up to the store's revision; etcd's
+        default is 10 minutes.  None: never.
       default_watch_timeout: watch length when the client sends no ``timeoutSeconds``.
       cache_pagination: lists served from the watch cache (``resourceVersion=0`` or
         ``NotOlderThan``) honour ``limit`` as on kube-apiserver 1.34+; by default they
@@ -62,7 +68,8 @@ class ApiServer:
 
     def __init__(self, *, calico_groups: Sequence[str] = (CALICO_CRD_GROUP,),
                  cluster_network_policy: bool = False, history_size: int = 10_000,
-                 bookmark_interval: float = 10.0, default_watch_timeout: float = 1800.0,
+                 bookmark_interval: float = 10.0, progress_interval: float | None = 600.0,
+                 default_watch_timeout: float = 1800.0,
                  cache_pagination: bool = False,
                  token: str = DEFAULT_TOKEN, require_token: bool = False,
                  user: str = DEFAULT_USER, enforce_namespaces: bool = True,
@@ -77,6 +84,7 @@ class ApiServer:
                        cache_pagination=cache_pagination)
         self.token = token
         self.bookmark_interval = bookmark_interval
+        self.progress_interval = progress_interval
         self.ssl_context = ssl_context
         self.ca_pem = ca_pem
         self.latency = 0.0
@@ -117,9 +125,19 @@ class ApiServer:
                          for listener in listeners]
         logger.info("apiserver: serving %s", self.url)
         async with trio.open_nursery() as nursery:
+            if self.progress_interval is not None:
+                await nursery.start(self._notify_progress, self.progress_interval)
             task_status.started(self)
             await trio.serve_listeners(self.handle_connection, listeners,
                                        handler_nursery=nursery)
+
+    async def _notify_progress(self, interval: float, *,
+                               task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                               ) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            self.store.progress()
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one client stream (any trio Stream: tests use in-memory pairs)."""

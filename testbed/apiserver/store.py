@@ -144,6 +144,10 @@ class Store:
         self._sorted: dict[KindKey, list[Key]] = {}
         self._sorted_edits: dict[KindKey, int] = {}
         self._history: deque[Event] = deque()
+        # What kube-apiserver's watch cache of each kind has processed: its own events, and
+        # etcd's progress notifications (:meth:`progress`), which reach every kind.
+        self._kind_rev: dict[KindKey, int] = {}
+        self._progress_rev = 0
         # uids are a random per-store prefix plus the creating revision: unique, and far
         # cheaper than uuid4() per object when seeding a 100k-pod cluster.
         self._uid_prefix = str(uuid.uuid4())[:24]
@@ -168,6 +172,19 @@ class Store:
         feeds them from its watch cache."""
         target = self._rev if revision is None else min(revision, self._rev)
         self._compacted = max(self._compacted, target)
+
+    def kind_revision(self, kind: KindLike) -> int:
+        """The revision kube-apiserver's watch cache of ``kind`` has processed, which its
+        bookmarks carry: the kind's latest write, or the store's revision at the last
+        progress notification if that is later (``storage/cacher/cacher.go``
+        ``dispatchEvents``: ``lastProcessedResourceVersion``)."""
+        return max(self._kind_rev.get(_kind_key(kind), 0), self._progress_rev)
+
+    def progress(self) -> None:
+        """An etcd progress notification: every kind's watch cache has seen the store up to
+        now (kube-apiserver watches etcd with progress notifications on; etcd sends them to
+        idle watches every 10 minutes by default)."""
+        self._progress_rev = self._rev
 
     def check_revision(self, revision: int) -> None:
         """Raise the 410/504 the real server gives for an unusable revision."""
@@ -418,7 +435,7 @@ class Store:
 
     def _commit(self, kk: KindKey, key: Key, event_type: str, stored: Stored,
                 prev: Stored | None) -> None:
-        self._rev = stored.rev
+        self._rev = self._kind_rev[kk] = stored.rev
         objects = self._objects.setdefault(kk, {})
         if event_type == DELETED:
             del objects[key]

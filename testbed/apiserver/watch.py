@@ -40,13 +40,15 @@ class WatchCursor:
         self.start = start
         self.initial_events = initial_events
         self.position = store.revision if start is None else start
+        #: the revision the watch starts from: periodic bookmarks go out only past it
+        self.floor = self.position
         self._kk = kind.key
 
     def initial_lines(self) -> list[bytes]:
         """Lines to send before any change (raises ApiError 410 if ``start`` is forgotten)."""
         if self.start is None or self.initial_events:
             page = self.store.list(self.kind, self.namespace, match=self.match)
-            self.position = page.revision
+            self.position = self.floor = page.revision
             lines = [s.event_line(ADDED) for s in page.items]
             if self.initial_events:
                 lines.append(self.bookmark_line(initial_events_end=True))
@@ -64,8 +66,22 @@ class WatchCursor:
         self.position = self.store.revision
         return lines
 
-    def bookmark_line(self, *, initial_events_end: bool = False) -> bytes:
-        metadata: dict[str, object] = {"resourceVersion": str(self.position)}
+    def periodic_bookmark(self) -> bytes | None:
+        """The bookmark kube-apiserver's timer sends this watch now, if any.
+
+        It carries the revision the kind's watch cache has processed
+        (:meth:`~.store.Store.kind_revision`), which writes of other kinds do not move,
+        and goes out only once that is past the revision the watch started from
+        (``storage/cacher/cache_watcher.go``: ``event.ResourceVersion > resourceVersion``).
+        """
+        revision = self.store.kind_revision(self.kind)
+        return self.bookmark_line(revision) if revision > self.floor else None
+
+    def bookmark_line(self, revision: int | None = None, *,
+                      initial_events_end: bool = False) -> bytes:
+        """A BOOKMARK at ``revision`` (default: the position reached)."""
+        at = self.position if revision is None else revision
+        metadata: dict[str, object] = {"resourceVersion": str(at)}
         if initial_events_end:
             metadata["annotations"] = {INITIAL_EVENTS_END: "true"}
         return encode_json({"type": BOOKMARK,

@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from testbed.apiserver import ApiServer
-from trio_typha.model.kinds import POD
+from trio_typha.model.kinds import NAMESPACE, POD
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -109,6 +109,11 @@ async def test_keep_alive_serves_many_requests_on_one_connection(
 
 async def test_watch_timeout_bookmarks_and_keep_alive_after_the_watch(
         server: ApiServer, nursery: trio.Nursery, autojump_clock: trio.abc.Clock) -> None:
+    """Bookmarks as kube-apiserver sends them (``storage/cacher/cacher.go``
+    ``dispatchEvents``, ``cache_watcher.go`` ``nextBookmarkTime`` / ``process``): every
+    interval whatever the traffic and once 2 s before the deadline, each carrying the
+    revision the kind's watch cache has processed, which writes of other kinds do not move
+    and an etcd progress notification brings up to the store's revision."""
     client = await connect(nursery, server)
     start = trio.current_time()
     rv = server.store.revision
@@ -117,21 +122,54 @@ async def test_watch_timeout_bookmarks_and_keep_alive_after_the_watch(
     head = await client.head()
     assert head.status_code == 200
     assert (b"transfer-encoding", b"chunked") in head.headers
+    server.store.create(POD, pod("a"))
     seen = []
     async for event in client.lines():
         seen.append((event["type"], event["object"]["metadata"]["resourceVersion"],
                      trio.current_time() - start))
-        if len(seen) == 1:
-            server.store.create(POD, pod("a"))
-    # Bookmarks every 10 virtual seconds; the body ends cleanly at the 35 s timeout.
+        if len(seen) == 2:
+            server.store.create(NAMESPACE, {"metadata": {"name": "elsewhere"}})
+        elif len(seen) == 3:
+            server.store.progress()
     assert [(t, r) for t, r, _ in seen] == [
-        ("BOOKMARK", str(rv)), ("ADDED", str(rv + 1)), ("BOOKMARK", str(rv + 1)),
-        ("BOOKMARK", str(rv + 1))]
-    assert [round(at) for _, _, at in seen] == [10, 10, 20, 30]
+        ("ADDED", str(rv + 1)), ("BOOKMARK", str(rv + 1)), ("BOOKMARK", str(rv + 1)),
+        ("BOOKMARK", str(rv + 2)), ("BOOKMARK", str(rv + 2))]
+    assert [round(at) for _, _, at in seen] == [0, 10, 20, 30, 33]
+    # The body ends cleanly at the 35 s timeout.
     assert trio.current_time() - start == pytest.approx(35)
     assert server.open_watches == 0
     # The same connection carries on.
     assert (await client.request("GET", "/healthz"))[0] == 200
+
+
+async def _progress_at(server: ApiServer, at: float) -> None:
+    await trio.sleep_until(at)
+    server.store.create(NAMESPACE, {"metadata": {"name": "elsewhere"}})
+    server.store.progress()
+
+
+async def test_no_bookmark_until_the_kind_moves_past_the_watch_start(
+        server: ApiServer, nursery: trio.Nursery, autojump_clock: trio.abc.Clock) -> None:
+    """kube-apiserver sends a watch only bookmarks past the revision it started from: a
+    quiet kind gets none until an etcd progress notification moves its cache on."""
+    server.store.create(POD, pod("a"))
+    server.store.create(NAMESPACE, {"metadata": {"name": "later"}})
+    client = await connect(nursery, server)
+    start = trio.current_time()
+    rv = server.store.revision
+    await client.send("GET", f"{PODS}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
+                             f"&timeoutSeconds=50")
+    await client.head()
+    nursery.start_soon(_progress_at, server, start + 25)
+    seen = []
+    async for event in client.lines():
+        seen.append((event["type"], event["object"]["metadata"]["resourceVersion"],
+                     round(trio.current_time() - start)))
+        if len(seen) == 1:
+            server.store.create(NAMESPACE, {"metadata": {"name": "even-later"}})
+            server.store.progress()
+    assert seen == [("BOOKMARK", str(rv + 1), 30), ("BOOKMARK", str(rv + 2), 40),
+                    ("BOOKMARK", str(rv + 2), 48)]
 
 
 async def test_send_initial_events_streaming_list(server: ApiServer, nursery: trio.Nursery,

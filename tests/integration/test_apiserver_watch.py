@@ -100,20 +100,26 @@ async def test_watch_without_resource_version_starts_with_the_current_state(
     assert (moved_in["type"], moved_in["object"]["metadata"]["name"]) == ("ADDED", "b")
 
 
-async def test_bookmarks_carry_the_current_revision(server: ApiServer,
-                                                     http: httpx.AsyncClient) -> None:
+async def test_bookmarks_carry_the_kind_s_revision(server: ApiServer,
+                                                  http: httpx.AsyncClient) -> None:
+    """As kube-apiserver's watch cache: a bookmark carries the last revision of its own kind
+    (``lastProcessedResourceVersion``), and only once that is past the watch's start; writes
+    of other kinds move it only through an etcd progress notification."""
+    server.store.create(POD, pod("a"))
     rv = server.store.revision
-    params = {"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true"}
+    params = {"watch": "1", "resourceVersion": str(rv - 1), "allowWatchBookmarks": "true"}
     async with http.stream("GET", PODS, params=params) as r:
         watch = Watch(r)
+        assert (await watch.next())["type"] == "ADDED"
         bookmark = await watch.next()
         assert bookmark["type"] == "BOOKMARK"
         assert bookmark["object"] == {"kind": "Pod", "apiVersion": "v1",
                                       "metadata": {"resourceVersion": str(rv)}}
         server.store.create(IPPOOL, {"metadata": {"name": "unrelated"}})
+        assert (await watch.next())["object"]["metadata"]["resourceVersion"] == str(rv)
+        server.store.progress()
         while (event := await watch.next())["object"]["metadata"]["resourceVersion"] == str(rv):
             pass
-    # Bookmarks move on with the store, even for writes this watch does not show.
     assert event["type"] == "BOOKMARK"
     assert event["object"]["metadata"]["resourceVersion"] == str(server.store.revision)
 

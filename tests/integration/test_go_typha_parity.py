@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,49 @@ async def test_kdd_profile_from_a_watched_namespace_has_v3_resource_version_slas
         "/", f"{updated['metadata']['resourceVersion']}/")
     assert labels.v3_resource_version == ""  # only the v3 Profile value carries one
     assert {(u.update_type, u.revision) for u in gone} == {(UpdateType.DELETED, "")}
+
+
+async def test_kdd_profiles_carry_the_other_stream_s_last_bookmark() -> None:
+    """Go Typha: after churn on the test bed, ``kns.churn-*`` Profiles created during the
+    watch carried ``"/11259"``, the ServiceAccount stream's last bookmark
+    (``libcalico-go/lib/backend/k8s/resources/profile.go``, ``k8sSARev``).  Here the test
+    bed sends bookmarks as kube-apiserver does: once the ServiceAccounts' watch cache moved
+    past the watch's start, a bookmark carries that revision; the Namespace created next
+    is stamped with it, and a ServiceAccount created after the Namespaces' own bookmark
+    with that one, as ``"<nsRV>/"``."""
+    async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
+                              bookmark_interval=0.05) as server:
+        config = KubeClientConfig(server=server.url, source="test")
+        tuning = WatchTuning(min_watch_interval=0.01, backoff_initial=0.02, backoff_max=0.2)
+        async with open_kubernetes_datastore(config, tuning=tuning) as ds, \
+                daemon_on(ds) as daemon:
+            sa = server.store.create(K.SERVICE_ACCOUNT, {"metadata": {
+                "name": "builder", "namespace": "default"}})
+            sa_rv = sa["metadata"]["resourceVersion"]
+            stamps = ds.profile_stamps["felix"]
+            await _until(lambda: stamps.service_account_rv == sa_rv)
+            mark = daemon.pipelines["felix"].feed.latest
+            ns = server.store.create(K.NAMESPACE, {"metadata": {"name": "churn-1"}})
+            profile = f"{V3_ROOT}/profiles/kns.churn-1"
+            (created,) = [u for u in await wait_published(daemon, "felix", mark, profile,
+                                                         UpdateType.NEW) if u.key == profile]
+            ns_rv = ns["metadata"]["resourceVersion"]
+            await _until(lambda: stamps.namespace_rv == ns_rv)
+            mark = daemon.pipelines["felix"].feed.latest
+            server.store.create(K.SERVICE_ACCOUNT, {"metadata": {
+                "name": "runner", "namespace": "churn-1"}})
+            sa_profile = f"{V3_ROOT}/profiles/ksa.churn-1.runner"
+            (sa_created,) = [u for u in await wait_published(
+                daemon, "felix", mark, sa_profile, UpdateType.NEW) if u.key == sa_profile]
+    assert (created.v3_resource_version, created.revision) == (f"/{sa_rv}", f"{ns_rv}/")
+    assert sa_created.v3_resource_version == f"{ns_rv}/"
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for a bookmark to have been taken in (checked every 10 ms, bounded by HANG)."""
+    with trio.fail_after(HANG):
+        while not condition():  # noqa: ASYNC110 (state of another task, no event)
+            await trio.sleep(0.01)
 
 
 async def test_hello_is_logged_at_info_on_both_protocols(

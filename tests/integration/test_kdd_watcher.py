@@ -186,14 +186,16 @@ async def test_bookmarks_advance_the_resume_point() -> None:
     async with open_apiserver(bookmark_interval=0.05) as server:
         log = RequestLog(server)
         server.store.create(K.POD, pod("a"))
-        # timeoutSeconds=1: the server ends each watch after a second and the watcher
-        # re-watches from what it has seen, which only bookmarks can have moved.
-        tuning = WatchTuning(watch_timeout=1, min_watch_interval=0.001)
+        # timeoutSeconds in [3, 6): the server ends each watch after a few seconds (with
+        # bookmarks until 2 s before) and the watcher re-watches from what it has seen,
+        # which only bookmarks can have moved.
+        tuning = WatchTuning(watch_timeout=3, min_watch_interval=0.001)
         async with watching(server, [K.POD], tuning=tuning) as recv:
             await take(recv, 2)
             listed_at = server.store.revision
             await log.watch_from(K.POD, listed_at)
             other = server.store.create(K.NAMESPACE, {"metadata": {"name": "elsewhere"}})
+            server.store.progress()  # etcd's progress notification reaches the Pod cache
             await log.watch_from(K.POD, rv(other))
             assert int(rv(other)) > listed_at
             assert len(log.lists(K.POD)) == 1

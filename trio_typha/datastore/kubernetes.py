@@ -92,6 +92,8 @@ class KubernetesDatastore:
         self._random = random or _random.Random().random
         #: progress of every running watch, as ``<name>/<plural>``
         self.watches = WatchBoard(trio.current_time)
+        #: Calico's profile-watcher state of each running :meth:`watch`, by its ``name``
+        self.profile_stamps: dict[str, ProfileStamps] = {}
 
     @classmethod
     def from_config(cls, cfg: Config, *, tuning: WatchTuning | None = None,
@@ -133,7 +135,7 @@ class KubernetesDatastore:
         started once every loop has started.  The Namespace and ServiceAccount loops share
         the state of Calico's profile watcher (:mod:`.k8s_profile_watch`)."""
         watchers = []
-        profile = ProfileStamps()
+        profile = self.profile_stamps[name] = ProfileStamps()
         try:
             async with trio.open_nursery() as nursery:
                 for kind in kinds:
@@ -148,6 +150,8 @@ class KubernetesDatastore:
         finally:
             for watcher in watchers:
                 self.watches.remove(watcher.stream, watcher.check)
+            if self.profile_stamps.get(name) is profile:
+                del self.profile_stamps[name]
 
 
 @asynccontextmanager
