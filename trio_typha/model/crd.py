@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from .shape import as_map, field_map, field_str
+
 METADATA_ANNOTATION = "projectcalico.org/metadata"
 _POLICY_KINDS = frozenset({"GlobalNetworkPolicy", "NetworkPolicy", "StagedGlobalNetworkPolicy",
                            "StagedNetworkPolicy"})
@@ -60,15 +62,15 @@ def _policy_name(name: str, tier: str | None) -> str:
 def crd_to_v3(kind: str, cr: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(datastore key name, v3 object) for a ``crd.projectcalico.org/v1`` object of
     Calico ``kind``.  Raises :class:`CRDConversionError` where the backend fails."""
-    md_in: Mapping[str, Any] = cr.get("metadata") or {}
-    key_name = md_in.get("name") or ""
+    md_in = field_map(cr, "metadata")
+    key_name = field_str(md_in, "name")
     obj = dict(cr)
     obj["kind"] = kind
     obj["apiVersion"] = "projectcalico.org/v3"
     md = dict(md_in)
     if md.get("uid"):
         md["uid"] = convert_uid(md["uid"])
-    annotations = md.get("annotations") or {}
+    annotations = as_map(md.get("annotations"), "metadata.annotations")
     if METADATA_ANNOTATION not in annotations:
         obj["metadata"] = md
         return key_name, obj

@@ -13,6 +13,7 @@ from .golang import IPNet, parse_cidr_or_ip, parse_ip, parse_mac
 from .goschema import ROOTS
 from .gotypes import DSCP_VALUES, Uint8OrString, protocol_to_v1
 from .rules import LABEL_SERVICE_ACCOUNT, NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX
+from .shape import maps, strs
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def encode_workload_endpoint(value: dict[str, Any]) -> bytes:
 def workload_endpoint_value(wep: Mapping[str, Any]) -> dict[str, Any] | None:
     md = wep.get("metadata") or {}
     spec = wep.get("spec") or {}
-    ip_networks = spec.get("ipNetworks") or []
+    ip_networks = strs(spec.get("ipNetworks"), "spec.ipNetworks")
     if not ip_networks:
         return None
     v4: list[IPNet] = []
@@ -158,7 +159,7 @@ def workload_endpoint_value(wep: Mapping[str, Any]) -> dict[str, Any] | None:
         (v4 if n.version == 4 else v6).append(n)
     nat4: list[dict[str, bytes]] = []
     nat6: list[dict[str, bytes]] = []
-    for nat in spec.get("ipNATs") or []:
+    for nat in maps(spec.get("ipNATs"), "spec.ipNATs"):
         internal = parse_ip(nat.get("internalIP") or "")
         external = parse_ip(nat.get("externalIP") or "")
         if internal is not None and external is not None:
@@ -173,13 +174,14 @@ def workload_endpoint_value(wep: Mapping[str, Any]) -> dict[str, Any] | None:
             raise ValueError(f"invalid MAC {spec['mac']!r}")
     ports = [{"name": p["name"], "protocol": protocol_to_v1(p.get("protocol")),
               "port": p.get("port", 0)}
-             for p in spec.get("ports") or [] if p.get("name")]
+             for p in maps(spec.get("ports"), "spec.ports") if p.get("name")]
     labels = {k: v for k, v in (md.get("labels") or {}).items()
               if not k.startswith((NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX))}
     if spec.get("serviceAccountName"):
         labels[LABEL_SERVICE_ACCOUNT] = spec["serviceAccountName"]
     allowed = []
-    for prefix in spec.get("allowSpoofedSourcePrefixes") or []:
+    for prefix in strs(spec.get("allowSpoofedSourcePrefixes"),
+                       "spec.allowSpoofedSourcePrefixes"):
         n = parse_cidr_or_ip(prefix)
         if n is None:
             raise ValueError(f"invalid allowSpoofedSourcePrefix {prefix!r}")
@@ -243,12 +245,12 @@ def host_endpoint_kvs(hep: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     spec = hep.get("spec") or {}
     v4: list[bytes] = []
     v6: list[bytes] = []
-    for s in spec.get("expectedIPs") or []:
+    for s in strs(spec.get("expectedIPs"), "spec.expectedIPs"):
         ip = parse_ip(s)
         if ip is not None:
             (v4 if len(ip) == 4 else v6).append(ip)
     ports = [{"name": p.get("name", ""), "protocol": protocol_to_v1(p.get("protocol")),
-              "port": p.get("port", 0)} for p in spec.get("ports") or []]
+              "port": p.get("port", 0)} for p in maps(spec.get("ports"), "spec.ports")]
     value = {
         "name": spec.get("interfaceName") or "",
         "expected_ipv4_addrs": v4 or None,

@@ -20,6 +20,7 @@ from .golang import format_duration, format_v, parse_cidr_or_ip, parse_duration
 from .goschema import CLUSTER_INFO_FIELDS, FELIX_CONFIG_FIELDS
 from .gotypes import Port, Uint8OrString
 from .passthrough import resource_kv
+from .shape import maps, strs
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def _proto_ports(v: list[Mapping[str, Any]]) -> str | None:
     if not v:
         return "none"
     parts = []
-    for pp in v:
+    for pp in maps(v, "a protocol/port list"):
         proto = (pp.get("protocol") or "").lower()
         port = pp.get("port", 0)
         net = pp.get("net") or ""
@@ -52,13 +53,14 @@ def _route_table_range(v: Mapping[str, Any]) -> str:
 
 
 def _route_table_ranges(v: list[Mapping[str, Any]]) -> str:
-    return ",".join(_route_table_range(r) for r in v)
+    return ",".join(_route_table_range(r) for r in maps(v, "routeTableRanges"))
 
 
 def _health_timeout_overrides(v: list[Mapping[str, Any]] | None) -> str | None:
     if not v:
         return None
-    return ",".join(f"{h.get('name', '')}={format_duration(_dur(h.get('timeout')))}" for h in v)
+    return ",".join(f"{h.get('name', '')}={format_duration(_dur(h.get('timeout')))}"
+                    for h in maps(v, "healthTimeoutOverrides"))
 
 
 # BPFConntrackTimeouts prints ``GoFieldName=value`` for each set field, in field order.
@@ -118,7 +120,7 @@ def _stringify(go_type: str, timescale: str, v: Any) -> str | None:
         whole = abs(ns) // unit * (-1 if ns < 0 else 1)
         return format_v(float(whole) + float(ns - whole * unit) / scale)
     if t == "[]string":
-        return ",".join(v or [])
+        return ",".join(strs(v, "a string list"))
     if t == "map":
         # Go iterates the map in random order; sorted here so the value is deterministic.
         return "".join(f"{k}={val}," for k, val in sorted((v or {}).items()))

@@ -24,6 +24,7 @@ from .gojson import BOOL, INT, STRING, GoJSONError, GoType, Map, Ptr, Slice, Str
 from .golang import IPNet, NilIPNet, parse_cidr, parse_ip, parse_rfc3339
 from .goschema import ROOTS
 from .gotypes import IPNET, TIME
+from .shape import field_map, field_str, maps
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,8 @@ def ip_pool_kvs(pool: Mapping[str, Any]) -> list[tuple[str, bytes]]:
 
 def ipam_block_kvs(block: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     """An IPAMBlock (v3 or CRD) → ``BlockKey`` with its ``AllocationBlock``."""
-    spec = block.get("spec") or {}
-    cidr = parse_cidr(spec.get("cidr") or "")
+    spec = field_map(block, "spec")
+    cidr = parse_cidr(field_str(spec, "cidr"))
     if cidr is None:
         return []
     value = {
@@ -74,7 +75,7 @@ def ipam_block_kvs(block: Mapping[str, Any]) -> list[tuple[str, bytes]]:
         # Always a list (never null): the backend rebuilds it attribute by attribute.
         "attributes": [{"handle_id": a.get("handle_id"), "secondary": a.get("secondary"),
                         "alternateOwnerAttrs": a.get("alternateOwnerAttrs")}
-                       for a in spec.get("attributes") or []],
+                       for a in maps(spec.get("attributes"), "spec.attributes")],
         "sequenceNumber": spec.get("sequenceNumber", 0),
         "sequenceNumberForAllocation": spec.get("sequenceNumberForAllocation"),
         "deleted": bool(spec.get("deleted")),
@@ -89,8 +90,8 @@ _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 def block_affinity_kvs(affinity: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     """A BlockAffinity → ``BlockAffinityKey`` ``{"state":..,"deleted":..}``.  The CRD form
     carries ``deleted`` as a string (``strconv.ParseBool``), the v3 form as a bool."""
-    spec = affinity.get("spec") or {}
-    cidr = parse_cidr(spec.get("cidr") or "")
+    spec = field_map(affinity, "spec")
+    cidr = parse_cidr(field_str(spec, "cidr"))
     if cidr is None:
         return []
     deleted = spec.get("deleted", False)
@@ -211,7 +212,7 @@ def etcd_v1_kvs(kind: str, obj: Mapping[str, Any]) -> list[tuple[str, bytes]]:
 
     Raises GoJSONError (a ValueError) where Go's decoder refuses the value.
     """
-    key = etcd_key_from_path(kind, (obj.get("metadata") or {}).get("name") or "")
+    key = etcd_key_from_path(kind, field_str(field_map(obj, "metadata"), "name"))
     if key is None:
         raise GoJSONError(f"not a {kind} key: {obj.get('metadata')!r}")
     schema = _BLOCK if kind == "IPAMBlock" else _AFFINITY

@@ -27,6 +27,7 @@ from .k8s_meta import (
     sorted_map,
     str_or_empty,
 )
+from .shape import as_list
 
 NODE_KIND = "Node"
 
@@ -137,7 +138,7 @@ def node_to_calico_node(node: Mapping[str, Any], *, use_pod_cidr: bool = False
         status["wireguardPublicKey"] = annotations[ANNOTATION_WIREGUARD_PUBLIC_KEY]
     if annotations.get(ANNOTATION_WIREGUARD_PUBLIC_KEY_V6):
         status["wireguardPublicKeyV6"] = annotations[ANNOTATION_WIREGUARD_PUBLIC_KEY_V6]
-    pod_cidrs = [str_or_empty(c) for c in spec.get("podCIDRs") or []]
+    pod_cidrs = [str_or_empty(c) for c in as_list(spec.get("podCIDRs"), "spec.podCIDRs")]
     if pod_cidrs:
         status["podCIDRs"] = pod_cidrs
 
@@ -250,7 +251,7 @@ def _addresses(ipv4_address: str, ipv6_address: str,
                status: Mapping[str, Any]) -> list[dict[str, str]]:
     """BGP addresses (type CalicoNodeIP), then the node's InternalIP/ExternalIP ones."""
     out = [{"address": a, "type": "CalicoNodeIP"} for a in (ipv4_address, ipv6_address) if a]
-    for entry in status.get("addresses") or []:
+    for entry in as_list(status.get("addresses"), "status.addresses"):
         entry = mapping(entry)
         if entry.get("type") in ("InternalIP", "ExternalIP"):
             out.append({"address": str_or_empty(entry.get("address")), "type": entry["type"]})

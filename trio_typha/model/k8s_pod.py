@@ -29,6 +29,7 @@ from .k8s_meta import (
     str_or_empty,
 )
 from .k8s_qos import qos_controls
+from .shape import as_int, as_list, as_str
 
 WORKLOAD_ENDPOINT_KIND = "WorkloadEndpoint"
 DEFAULT_INTERFACE_PREFIX = "cali"
@@ -103,7 +104,7 @@ def pod_is_finished(pod: Mapping[str, Any]) -> bool:
         or annotations.get(ANNOTATION_AWS_POD_IPS) == ""
     ):
         return True
-    return mapping(pod.get("status")).get("phase") in _FINISHED_PHASES
+    return as_str(mapping(pod.get("status")).get("phase"), "status.phase") in _FINISHED_PHASES
 
 
 def pod_to_workload_endpoint(pod: Mapping[str, Any], *,
@@ -199,7 +200,7 @@ def _pod_ip_networks(pod: Mapping[str, Any]) -> list[tuple[str, IPNet]]:
     Each network comes with its text (Go's mask width depends on how it was written)."""
     status = mapping(pod.get("status"))
     annotations = mapping(mapping(pod.get("metadata")).get("annotations"))
-    pod_ips = status.get("podIPs") or []
+    pod_ips = as_list(status.get("podIPs"), "status.podIPs")
     if pod_ips:
         texts = [str_or_empty(mapping(entry).get("ip")) for entry in pod_ips]
     elif status.get("podIP"):
@@ -284,11 +285,11 @@ def _endpoint_ports(containers: Any) -> list[dict[str, Any]]:
     the canonical upper-case name.
     """
     ports = []
-    for container in containers or []:
-        for port in mapping(container).get("ports") or []:
+    for container in as_list(containers, "spec.containers"):
+        for port in as_list(mapping(container).get("ports"), "spec.containers[].ports"):
             port = mapping(port)
-            container_port = int(port.get("containerPort") or 0)
-            host_port = int(port.get("hostPort") or 0)
+            container_port = as_int(port.get("containerPort"), "containerPort")
+            host_port = as_int(port.get("hostPort"), "hostPort")
             name = str_or_empty(port.get("name"))
             if container_port == 0 or (host_port == 0 and not name):
                 continue

@@ -26,6 +26,7 @@ from .k8s_meta import (
     mapping,
     str_or_empty,
 )
+from .shape import as_int, as_list
 
 KUBERNETES_NETWORK_POLICY_KIND = "KubernetesNetworkPolicy"
 NETWORK_POLICY_KIND = "NetworkPolicy"
@@ -62,7 +63,7 @@ def k8s_selector_to_calico(label_selector: Mapping[str, Any] | None,
     if label_selector is None:
         return " && ".join(terms)
     match_labels = mapping(label_selector.get("matchLabels"))
-    expressions = label_selector.get("matchExpressions") or []
+    expressions = as_list(label_selector.get("matchExpressions"), "matchExpressions")
     if selector_type == SELECTOR_NAMESPACE and not match_labels and not expressions:
         return "all()"
     for key in sorted(match_labels):
@@ -70,7 +71,7 @@ def k8s_selector_to_calico(label_selector: Mapping[str, Any] | None,
     for expr in expressions:
         expr = mapping(expr)
         key = str_or_empty(expr.get("key"))
-        values = "', '".join(str_or_empty(v) for v in expr.get("values") or [])
+        values = "', '".join(str_or_empty(v) for v in as_list(expr.get("values"), "values"))
         operator = expr.get("operator")
         if operator == "In":
             terms.append(f"{key} in {{ '{values}' }}")
@@ -100,21 +101,21 @@ def k8s_network_policy_to_calico(np: Mapping[str, Any]) -> dict[str, Any]:
     spec = mapping(np.get("spec"))
 
     ingress: list[dict[str, Any]] = []
-    for rule in spec.get("ingress") or []:
+    for rule in as_list(spec.get("ingress"), "spec.ingress"):
         rule = mapping(rule)
         try:
             ingress += _k8s_rule_to_calico(rule.get("from"), rule.get("ports"), ingress=True)
         except _PortError:
             continue
     egress: list[dict[str, Any]] = []
-    for rule in spec.get("egress") or []:
+    for rule in as_list(spec.get("egress"), "spec.egress"):
         rule = mapping(rule)
         try:
             egress += _k8s_rule_to_calico(rule.get("to"), rule.get("ports"), ingress=False)
         except _PortError:
             continue
 
-    policy_types = spec.get("policyTypes") or []
+    policy_types = as_list(spec.get("policyTypes"), "spec.policyTypes")
     types = [t for t in ("Ingress", "Egress") if t in policy_types] or ["Ingress"]
 
     metadata: dict[str, Any] = {}
@@ -147,11 +148,11 @@ def k8s_network_policy_to_calico(np: Mapping[str, Any]) -> dict[str, Any]:
 
 def _k8s_rule_to_calico(peers: Any, ports: Any, *, ingress: bool) -> list[dict[str, Any]]:
     """One Kubernetes ingress/egress rule as Calico rules (``k8sRuleToCalico``)."""
-    peer_list: list[Mapping[str, Any] | None] = [mapping(p) for p in peers or []] or [None]
+    peer_list: list[Mapping[str, Any] | None] = [mapping(p) for p in as_list(peers, "peers")] or [None]
 
     # protocol text -> ports (None = every port of that protocol); "" = no protocol.
     protocol_ports: dict[str, list[tuple[int, int] | str] | None] = {}
-    for port in ports or [None]:
+    for port in as_list(ports, "ports") or [None]:
         if port is None:
             protocol_ports = {"": None}  # no port entries: allow everything
             break
@@ -211,7 +212,7 @@ def _k8s_port_to_calico(port: Mapping[str, Any]) -> tuple[str, list[tuple[int, i
     text = str(value)  # IntOrString.String()
     end_port = port.get("endPort")
     if end_port is not None:
-        text = f"{text}:{int(end_port)}"
+        text = f"{text}:{as_int(end_port, 'endPort')}"
     return protocol, [_port_from_string(text)]
 
 
@@ -296,7 +297,7 @@ def _k8s_peer_to_calico(peer: Mapping[str, Any] | None
             return "", "", None, None
         nets = [str(net)]
         not_nets: list[str] = []
-        for exception in ip_block.get("except") or []:
+        for exception in as_list(ip_block.get("except"), "ipBlock.except"):
             net = parse_cidr(str_or_empty(exception))
             if net is None:
                 break

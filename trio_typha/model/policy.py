@@ -19,6 +19,7 @@ from .rules import (
     SERVICE_ACCOUNT_LABEL_PREFIX,
     rules_v3_to_v1,
 )
+from .shape import strs
 
 _POLICY = ROOTS["v1.Policy"]
 _TIER = ROOTS["v1.Tier"]
@@ -36,7 +37,7 @@ def _prefix_and_append(current: str, new: str, prefix: str) -> str:
 
 
 def _types(spec: Mapping[str, Any]) -> list[str] | None:
-    types = spec.get("types")
+    types = strs(spec.get("types"), "spec.types")
     return [t.lower() for t in types] if types else None
 
 

@@ -11,6 +11,7 @@ from .gojson import STRING, Map, dumps
 from .goschema import ROOTS
 from .passthrough import resource_kv
 from .rules import rule_v3_to_v1
+from .shape import maps
 
 _RULES = ROOTS["v1.ProfileRules"]
 _LABELS = Map(STRING)
@@ -24,8 +25,10 @@ def profile_kvs(key_name: str, profile: Mapping[str, Any]) -> list[tuple[str, by
     labels = spec.get("labelsToApply")
     if labels:
         out.append((keys.profile_labels_key(key_name), dumps(_LABELS, labels), ""))
-    rules = {"inbound_rules": [rule_v3_to_v1(r, "") for r in spec.get("ingress") or []],
-             "outbound_rules": [rule_v3_to_v1(r, "") for r in spec.get("egress") or []]}
+    rules = {"inbound_rules": [rule_v3_to_v1(r, "") for r in maps(spec.get("ingress"),
+                                                                  "spec.ingress")],
+             "outbound_rules": [rule_v3_to_v1(r, "") for r in maps(spec.get("egress"),
+                                                                   "spec.egress")]}
     out.append((keys.profile_rules_key(key_name), dumps(_RULES, rules), ""))
     out.append(resource_kv("Profile", profile, key_name=key_name))
     return out

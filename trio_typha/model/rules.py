@@ -14,6 +14,7 @@ from typing import Any
 from . import selectors
 from .golang import IPNet, parse_cidr_or_ip
 from .gotypes import protocol_to_v1
+from .shape import maps, strs
 
 NAMESPACE_LABEL_PREFIX = "pcns."
 SERVICE_ACCOUNT_LABEL_PREFIX = "pcsa."
@@ -26,14 +27,14 @@ Rule = dict[str, Any]
 def normalize_nets(nets: Sequence[str] | None) -> list[IPNet] | None:
     """``NormalizeIPNets``: each entry parsed as a CIDR or bare IP and masked; empty and
     unparsable ones dropped.  Nil when nothing survives."""
-    out = [n for n in (parse_cidr_or_ip(s) for s in nets or ()) if n is not None]
+    out = [n for n in (parse_cidr_or_ip(s) for s in strs(nets, "nets")) if n is not None]
     return out or None
 
 
 def convert_nets(nets: Sequence[str] | None) -> list[IPNet] | None:
     """``ConvertStringsToNets`` (source nets, network sets): like :func:`normalize_nets`
     but an empty string survives as Go's nil IPNet, printed ``<nil>``."""
-    out = [n for n in (parse_cidr_or_ip(s, allow_empty=True) for s in nets or ())
+    out = [n for n in (parse_cidr_or_ip(s, allow_empty=True) for s in strs(nets, "nets"))
            if n is not None]
     return out or None
 
@@ -41,7 +42,7 @@ def convert_nets(nets: Sequence[str] | None) -> list[IPNet] | None:
 def _service_account_selector(sam: Mapping[str, Any]) -> str:
     sel = sam.get("selector") or ""
     updated = selectors.prefixed(sel, SERVICE_ACCOUNT_LABEL_PREFIX) if sel else ""
-    names = sam.get("names") or []
+    names = strs(sam.get("names"), "serviceAccounts.names")
     if not names:
         return updated
     joined = "', '".join(names)
@@ -140,4 +141,4 @@ def rule_v3_to_v1(ar: Mapping[str, Any], ns: str) -> Rule:
 def rules_v3_to_v1(rules: Sequence[Mapping[str, Any]] | None, ns: str) -> list[Rule] | None:
     if not rules:
         return None
-    return [rule_v3_to_v1(r, ns) for r in rules]
+    return [rule_v3_to_v1(r, ns) for r in maps(rules, "rules")]

@@ -9,8 +9,10 @@ new / updated / deleted updates, which also covers the update processors' habit 
 ``nil`` values for keys that went away.
 
 Objects Calico's backend or update processors refuse (undecodable fields, bad UIDs, bad
-CIDRs, ...) yield no KVs, which the pipeline turns into deletions of whatever they yielded
-before, the way Typha treats them as deleted.
+CIDRs, ...) raise the model's ``ValueError`` family inside the conversion and yield no KVs,
+with one warning naming the object; the pipeline turns that into deletions of whatever they
+yielded before, the way Typha treats them as deleted.  Any other exception is a bug and
+propagates.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from . import kinds as K
 from .crd import crd_to_v3
 from .endpoints import host_endpoint_kvs, workload_endpoint_kvs
 from .felix_config import config_kvs
+from .goschema import ROOTS
 from .ipam import block_affinity_kvs, etcd_v1_kvs, ip_pool_kvs, ipam_block_kvs, is_etcd_v1_object
 from .keys import RESOURCE_KEY_PREFIX
 from .kinds import ResourceKind
@@ -33,8 +36,20 @@ from .nodes import felix_node_kvs
 from .passthrough import resource_kv
 from .policy import policy_kvs, staged_k8s_policy_as_k8s, staged_k8s_policy_kvs, tier_kvs
 from .profiles import profile_kvs
+from .shape import check_shape, field_map, field_str, root
 
 log = logging.getLogger(__name__)
+
+#: What a conversion raises for an object Calico would refuse: the model's own ``ValueError``
+#: family (``MalformedResource`` for the wrong shape, ``GoJSONError``, ``SelectorError``,
+#: CRD and Kubernetes conversion errors).  Anything else is a bug in the conversion and
+#: propagates: treating the object as absent would withdraw its keys from every client.
+REFUSED: tuple[type[Exception], ...] = (ValueError,)
+
+# Kinds whose decoded object is checked against its Go struct layout before conversion.
+# IPAM blocks and affinities are not: their CRD form differs from the v3 layout, and their
+# conversions read every field through the ``shape`` accessors.
+_SHAPE_CHECKED = frozenset(ROOTS) - {"IPAMBlock", "BlockAffinity"}
 
 
 class DatastoreMode(enum.Enum):
@@ -158,13 +173,13 @@ class _Converter:
         under, which in etcd mode names the resource whatever its ``metadata`` says (as
         Calico's etcdv3 backend parses the ResourceKey from the etcd key)."""
         try:
-            triples = self._convert(kind, obj, key)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            # ValueError covers GoJSONError, SelectorError, CRD and Kubernetes conversion
-            # errors; the others come from objects of the wrong shape altogether.
+            triples = self._convert(kind, root(obj), key)
+        except REFUSED as e:
             md = obj.get("metadata") if isinstance(obj, Mapping) else None
-            log.warning("%s: %s %s/%s does not convert: %s", self.syncer_type, kind,
-                        (md or {}).get("namespace", ""), (md or {}).get("name", ""), e)
+            md = md if isinstance(md, Mapping) else {}
+            namespace, name = key if key is not None else (md.get("namespace"), md.get("name"))
+            log.warning("The %s syncer treats %s %s/%s as absent: it does not convert: %s",
+                        self.syncer_type, kind.kind, namespace or "", name or "", e)
             return []
         return [ConvertedKV(k, v, rv) for k, v, rv in triples]
 
@@ -185,7 +200,9 @@ class _Converter:
                 v3 = dict(obj)
                 v3.setdefault("kind", kind.kind)
                 v3.setdefault("apiVersion", "projectcalico.org/v3")
-                key_name = (obj.get("metadata") or {}).get("name") or ""
+                key_name = field_str(field_map(obj, "metadata"), "name")
+            if kind.kind in _SHAPE_CHECKED:
+                check_shape(ROOTS[kind.kind], v3)
             if self.mode is DatastoreMode.ETCD and key is not None:
                 # The etcd key names the resource; v3 values still go out as stored.
                 namespace, key_name = key
@@ -215,8 +232,10 @@ class _Converter:
             return profile_kvs((profile.get("metadata") or {}).get("name") or "", profile)
         if kind == K.K8S_NETWORK_POLICY:
             policy = k8s.k8s_network_policy_to_calico(obj)
-            md = obj.get("metadata") or {}
-            return _no_rv(policy_kvs("KubernetesNetworkPolicy", md.get("name") or "", policy))
+            name = field_str(field_map(obj, "metadata"), "name")
+            return _no_rv(policy_kvs("KubernetesNetworkPolicy", name, policy))
+        if kind in (K.SERVICE, K.ENDPOINT_SLICE):
+            check_shape(ROOTS[kind.kind], obj)
         if kind == K.SERVICE:
             return [resource_kv("KubernetesService", k8s.service_passthrough(obj),
                                 schema="Service", stamp=False)]

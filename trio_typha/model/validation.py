@@ -778,7 +778,7 @@ def validation_error(key: str, value: bytes) -> str | None:
         validator.check(root, decoded)
     except _Invalid as e:
         return str(e)
-    except (GoJSONError, TypeError, AttributeError, ValueError) as e:
+    except ValueError as e:
         return f"malformed value: {e}"
     return None
 

@@ -30,7 +30,6 @@ class SourceTracker:
     def __init__(self, definition: SyncerDefinition) -> None:
         self.definition = definition
         self._derived: dict[SourceKey, DerivedKeys] = {}
-        self.conversion_errors = 0
 
     def __len__(self) -> int:
         return len(self._derived)
@@ -50,21 +49,12 @@ class SourceTracker:
         was = set(old) if len(old) > 8 else old
         new: dict[str, ConvertedKV] = {}
         if event.obj is not None:
-            try:
-                converted = self.definition.convert(event.kind, event.obj,
-                                                    key=(event.namespace, event.name))
-            except ValueError as exc:
-                # The model raises ValueError (GoJSONError, InvalidKeyError, ...) for an
-                # object Calico would refuse: that object alone is treated as absent, as
-                # Calico's watcher does.  Anything else is a bug in the conversion and must
-                # crash: treating it as absent would send DELETED for the object's keys to
-                # every client, withdrawing policy cluster-wide.
-                self.conversion_errors += 1
-                log.warning("Failed to convert %s %s/%s for the %s syncer, treating it as "
-                            "absent: %s", event.kind.kind, event.namespace, event.name,
-                            self.definition.syncer_type, exc)
-                converted = []
-            for kv in converted:
+            # An object Calico would refuse converts to nothing (one warning from the
+            # conversion), so its keys go as deleted, as Calico's watcher treats it.  Any
+            # exception is a bug in the conversion: it propagates before anything changes
+            # here, so no client is sent a deletion for it.
+            for kv in self.definition.convert(event.kind, event.obj,
+                                              key=(event.namespace, event.name)):
                 new[kv.key] = kv
         revision = self.definition.source_revision(event.kind, event.revision)
         stamp = event.profile_stamp
