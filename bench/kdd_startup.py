@@ -6,7 +6,7 @@
 For each synthetic cluster size (``trio_typha.datastore.synthetic``; ``large`` has 100k pods)
 a test bed API server runs in a child process, seeded straight into its store.  The daemon
 runs in this process with the real Kubernetes datastore (API-group discovery, paginated lists
-of 500, watches), so its CPU time and peak RSS are this process's.  Measured:
+of 500, watches), so its CPU time and peak RSS are this process's.  It reports:
 
 * ``startup``: from starting the daemon to each syncer reporting InSync, and to all of them;
 * ``client_snapshot``: a grpcio client (``bench/grpc_clients.py``, a separate process)

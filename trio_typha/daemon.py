@@ -417,9 +417,9 @@ class Daemon:
         """Once every cache is in sync, move what exists then (the datastore's objects, the
         caches, the first snapshots) out of the garbage collector's reach.
 
-        Measured: with the medium cluster a full collection walked all of it and paused
-        the loop (every client's delivery) for over a second; frozen objects are still
-        freed by reference counting, only cycles among them would stay.
+        Otherwise a full collection walks all of it and pauses the loop (every client's
+        delivery) for over a second on a medium cluster (docs/performance.md); frozen
+        objects are still freed by reference counting, only cycles among them would stay.
         """
         await self.wait_in_sync()
         gc.collect()

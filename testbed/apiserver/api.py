@@ -161,7 +161,7 @@ class Api:
                  cache_pagination: bool = False) -> None:
         self.store = store
         #: whether lists served from the watch cache honour ``limit`` (kube-apiserver 1.34+
-        #: with ListFromCacheSnapshot); otherwise such lists come whole, as before
+        #: with ListFromCacheSnapshot); otherwise such lists come whole, as older versions serve them
         self.cache_pagination = cache_pagination
         #: how many lists each layer served: "cache" (the watch cache: resourceVersion=0 or
         #: NotOlderThan) or "storage" (a quorum read of etcd: paginated consistent lists,

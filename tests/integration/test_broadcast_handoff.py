@@ -8,7 +8,7 @@ on gRPC (whose round goes through the connection's h2 core, so flow control stay
 over plain TCP and over TLS (the server's own TLS stream, real certificates from trustme:
 there the round's send takes the plaintext whole and the ciphertext the kernel does not
 take is owed, which hands the seat back just the same).  A client that stops reading for
-good is dropped at the write timeout, by its own writer, as before.
+good is dropped at the write timeout, by its own writer.
 """
 
 from __future__ import annotations

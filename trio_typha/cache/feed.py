@@ -127,7 +127,7 @@ class CacheFeed:
 
         With a wake interval, waiting writers and rounds are released at most once per
         interval (the first change after a quiet spell at once): an upper bound on the
-        write rate for operators, no longer needed to keep up.
+        write rate for operators who want one; the rounds keep up without it.
         """
         self.broadcasting = True
         task_status.started()

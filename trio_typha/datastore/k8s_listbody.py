@@ -7,7 +7,7 @@ leave the freed heap fragmented.  :func:`split_list` decodes the members before 
 first in Kubernetes' own encoding) and returns an iterator that decodes each item only when
 it is asked for, with the standard library's scanner, so every value is exactly what
 ``json.loads`` gives.  A document of another shape (``metadata`` after ``items``, not an
-object, another encoding) is decoded whole, as before.
+object, another encoding) is decoded whole by ``loads``.
 """
 
 from __future__ import annotations

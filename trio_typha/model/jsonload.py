@@ -10,7 +10,7 @@ two could differ orjson is not used either:
 
 * input orjson refuses (NaN and Infinity, numbers beyond float64, lone surrogates, a byte
   order mark, UTF-16/32, nesting past 1024 levels) goes to ``json.loads``, which accepts or
-  refuses it as before, with its own error;
+  refuses it with its own error;
 * orjson turns integers outside [-2**63, 2**64) into floats, where ``json`` keeps them
   exact: a text with a run of 19 or more digits anywhere (a conservative test, done at C
   speed) goes to ``json.loads`` as well.

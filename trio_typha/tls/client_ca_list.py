@@ -5,7 +5,7 @@ Python's ``ssl`` module trusts a CA bundle for verification but has no call for
 list and a client holding several certificates could not tell which one to present.  This
 calls OpenSSL directly (``ctypes``, the libssl the ``_ssl`` module is linked against) with
 the names from the CA file.  When that is not possible (another libssl, another Python
-build) it logs once and the handshake works as before, just without the hint.
+build) it logs once and the handshake goes on without the hint.
 """
 
 from __future__ import annotations
