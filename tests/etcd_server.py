@@ -25,12 +25,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import trio
 import trustme
 
 from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.datastore.etcd_client import EtcdClient as GatewayClient
 from trio_typha.datastore.etcd_config import EtcdConfig
+from trio_typha.datastore.etcd_errors import EtcdError
 from trio_typha.datastore.etcd_layout import (
     KeyParser,
     decode_resource,
@@ -49,49 +50,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class EtcdClient:
-    """Writes and reads etcd through its JSON gateway (test and seeding helper)."""
-
-    def __init__(self, config: EtcdConfig) -> None:
-        endpoint = config.endpoints[0]
-        verify: Any = config.ssl_context() if endpoint.startswith("https:") else True
-        self._http = httpx.AsyncClient(base_url=endpoint, verify=verify, trust_env=False,
-                                       timeout=10.0)
-
-    async def __aenter__(self) -> EtcdClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._http.aclose()
-
-    async def _call(self, path: str, body: dict[str, Any]) -> Any:
-        resp = await self._http.post(path, json=body)
-        payload = gw.parse_json(resp.content)
-        gw.check_error(payload)
-        resp.raise_for_status()
-        return payload
+class EtcdClient(GatewayClient):
+    """The product's gateway client plus the writes and reads tests seed and check with."""
 
     async def put(self, key: str, value: bytes | str) -> int:
         """Store ``value`` at ``key``; returns the new revision."""
         data = value.encode() if isinstance(value, str) else value
-        return gw.decode_header(await self._call(gw.PUT_PATH,
+        return gw.decode_header(await self.call(gw.PUT_PATH,
                                                  gw.put_request(key.encode(), data))).revision
 
     async def delete(self, key: str) -> int:
         """Delete ``key``; returns the revision after the call."""
-        return gw.decode_header(await self._call(gw.DELETE_RANGE_PATH,
+        return gw.decode_header(await self.call(gw.DELETE_RANGE_PATH,
                                                  gw.delete_request(key.encode()))).revision
 
     async def revision(self) -> int:
-        return gw.decode_status(await self._call(gw.STATUS_PATH, {})).revision
+        return gw.decode_status(await self.call(gw.STATUS_PATH, {})).revision
 
     async def compact(self, revision: int) -> None:
         """Compact history up to ``revision`` (physically, so it is gone when this returns)."""
-        gw.decode_header(await self._call(gw.COMPACTION_PATH, gw.compaction_request(revision)))
+        gw.decode_header(await self.call(gw.COMPACTION_PATH, gw.compaction_request(revision)))
 
     async def get_prefix(self, prefix: str) -> dict[str, bytes]:
         """Every key under ``prefix`` with its raw value."""
-        page = gw.decode_range(await self._call(gw.RANGE_PATH, gw.range_request(
+        page = gw.decode_range(await self.call(gw.RANGE_PATH, gw.range_request(
             prefix.encode(), gw.prefix_end(prefix.encode()))))
         return {kv.key.decode(): kv.value for kv in page.kvs}
 
@@ -197,7 +179,7 @@ class EtcdServer:
                     async with self.client() as c:
                         await c.revision()
                     return
-                except (httpx.HTTPError, gw.EtcdGatewayError):
+                except EtcdError:
                     await trio.sleep(0.05)
 
     def _log_tail(self) -> str:

@@ -28,6 +28,7 @@ from .cpus import server_processes
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
 from .datastore.k8s_config import KubeConfigError, load_kube_client_config
+from .datastore.k8s_errors import K8sError
 from .datastore.memory import MemoryDatastore, MemoryStore
 from .datastore.stall import WatchBoard, WatchState
 from .model.kinds import CALICO_V3_GROUP
@@ -378,13 +379,13 @@ class Daemon:
         api = getattr(self.datastore, "api", None)
         if self.datastore.name != "kubernetes" or not isinstance(api, KubeApi):
             return
-        from .datastore.k8s_init import INIT_ERRORS, InitForbidden, ensure_initialized
+        from .datastore.k8s_init import InitForbidden, ensure_initialized
         try:
             await ensure_initialized(api, self._definition_args["calico_group"])
         except InitForbidden as exc:
             log.info("Skipping datastore initialisation: not permitted (%s); ClusterInformation "
                      "and the built-in Tiers are left to calico-node or the operator", exc)
-        except INIT_ERRORS as exc:
+        except K8sError as exc:
             log.warning("Failed to initialize datastore: %s; serving anyway", exc)
 
     async def _check_datastore(self) -> None:

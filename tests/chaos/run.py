@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
 import trio
 
 from testbed import hostile
@@ -45,8 +44,8 @@ from trio_typha.client.typha import Connected, TyphaClient
 from trio_typha.client.view import SyncView
 from trio_typha.config import Config, load_config
 from trio_typha.daemon import Daemon
-from trio_typha.datastore import etcd_gateway as gw
 from trio_typha.datastore.base import Datastore
+from trio_typha.datastore.etcd_errors import EtcdError
 from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.k8s_watch import WatchTuning
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
@@ -332,7 +331,7 @@ class EtcdBackend:
     """A real etcd; the replica watches it over its JSON gateway through the proxy."""
 
     name = "etcd"
-    write_errors = (httpx.HTTPError, gw.EtcdGatewayError)
+    write_errors = (EtcdError,)
 
     def __init__(self, etcd: EtcdServer, client: EtcdClient) -> None:
         self.etcd = etcd

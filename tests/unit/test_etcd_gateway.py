@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.datastore.etcd_errors import EtcdGatewayError, EtcdProtocolError
 
 
 def b64(s: bytes) -> str:
@@ -108,13 +109,13 @@ def test_decode_watch_messages() -> None:
 def test_unary_error_reply_raises_with_grpc_code() -> None:
     payload = {"error": "etcdserver: mvcc: required revision has been compacted",
                "message": "etcdserver: mvcc: required revision has been compacted", "code": 11}
-    with pytest.raises(gw.EtcdGatewayError) as info:
+    with pytest.raises(EtcdGatewayError) as info:
         gw.decode_range(payload)
     assert info.value.code == 11 and info.value.compacted
 
     future = {"error": "x", "message": "etcdserver: mvcc: required revision is a future revision",
               "code": 11}
-    with pytest.raises(gw.EtcdGatewayError) as info:
+    with pytest.raises(EtcdGatewayError) as info:
         gw.decode_range(future)
     assert not info.value.compacted
 
@@ -122,7 +123,7 @@ def test_unary_error_reply_raises_with_grpc_code() -> None:
 def test_stream_error_line_raises() -> None:
     line = json.dumps({"error": {"grpc_code": 14, "http_code": 503,
                                  "message": "transport is closing", "http_status": "Unavailable"}})
-    with pytest.raises(gw.EtcdGatewayError, match="transport is closing") as info:
+    with pytest.raises(EtcdGatewayError, match="transport is closing") as info:
         gw.decode_watch_message(line)
     assert info.value.code == 14
 
@@ -138,7 +139,7 @@ def test_stream_error_line_raises() -> None:
     json.dumps({"result": {"header": HEADER, "events": {"kv": {}}}}),
 ])
 def test_malformed_watch_lines_are_protocol_errors(line: str) -> None:
-    with pytest.raises(gw.EtcdProtocolError):
+    with pytest.raises(EtcdProtocolError):
         gw.decode_watch_message(line)
 
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_typha.datastore.k8s_errors import MalformedResponse
 from trio_typha.datastore.k8s_listbody import split_list
-from trio_typha.datastore.k8s_stream import MalformedResponse
 
 _values = st.recursive(
     st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70)

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from trio_typha.datastore.base import KindSynced, ResourceEvent
+from trio_typha.datastore.k8s_errors import MalformedResponse
 from trio_typha.datastore.k8s_reflector import KindReflector, WatchErrorEvent
-from trio_typha.datastore.k8s_stream import MalformedResponse, WatchEvent
+from trio_typha.datastore.k8s_stream import WatchEvent
 from trio_typha.datastore.kubernetes import choose_calico_group
 from trio_typha.model import kinds as K
 

@@ -8,13 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_typha.datastore.k8s_stream import (
-    LineDecoder,
-    MalformedResponse,
-    StatusInfo,
-    WatchEvent,
-    parse_watch_event,
-)
+from trio_typha.datastore.k8s_errors import MalformedResponse, StatusInfo
+from trio_typha.datastore.k8s_stream import LineDecoder, WatchEvent, parse_watch_event
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:

@@ -31,12 +31,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
 import trio
 
 from ..backoff import Backoff
-from ..datastore.k8s_api import ApiError
-from ..datastore.k8s_stream import MalformedResponse
+from ..datastore.k8s_errors import K8sError
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, slice_endpoints
 from . import dns
 
@@ -117,7 +115,7 @@ def srv_name(service: str, namespace: str, *, zone: str = "cluster.local",
 # -- discoverers (trio) ------------------------------------------------------------------
 
 def _describe(exc: Exception) -> str:
-    """The message, or the exception's name when it has none (httpx timeouts)."""
+    """The message, or the exception's name when it has none."""
     return str(exc) or type(exc).__name__
 
 
@@ -154,7 +152,7 @@ class EndpointSliceDiscovery:
         try:
             doc = await self.api.get_json(
                 path, params={"labelSelector": f"{SERVICE_NAME_LABEL}={self.service}"})
-        except (ApiError, MalformedResponse, httpx.HTTPError) as exc:
+        except K8sError as exc:
             raise DiscoveryError(f"listing EndpointSlices of {self.namespace}/{self.service}"
                                  f" failed: {_describe(exc)}") from exc
         found = parse_endpoint_slices(doc.get("items") or ())

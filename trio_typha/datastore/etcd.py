@@ -25,14 +25,12 @@ first one starts).
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-import httpx
 import trio
 
 from ..backoff import Backoff
@@ -41,7 +39,9 @@ from ..model.kinds import ResourceKind
 from . import etcd_gateway as gw
 from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
+from .etcd_client import EtcdClient
 from .etcd_config import EtcdConfig
+from .etcd_errors import EtcdError, EtcdGatewayError, EtcdProtocolError
 from .etcd_layout import kind_prefix, watch_span
 from .etcd_state import EtcdSyncState
 from .stall import (
@@ -49,15 +49,10 @@ from .stall import (
     StallCheck,
     WatchBoard,
     WatchStalled,
-    keepalive_socket_options,
     probe_window,
 )
 
 log = logging.getLogger(__name__)
-
-# Failures that end a session and are retried; anything else is a bug and propagates.
-_SESSION_ERRORS = (httpx.HTTPError, gw.EtcdGatewayError, gw.EtcdProtocolError, OSError)
-
 
 class _Compacted(Exception):
     """The range's pinned revision was compacted while we were paging: list again."""
@@ -102,12 +97,17 @@ class EtcdDatastore:
         problems = []
         for endpoint in self.config.endpoints:
             try:
-                async with _client(self, endpoint) as client:
-                    gw.decode_status(await _post(client, gw.STATUS_PATH, {}))
+                async with self.client(endpoint) as client:
+                    gw.decode_status(await client.call(gw.STATUS_PATH, {}))
                 return None
-            except (httpx.HTTPError, gw.EtcdGatewayError, gw.EtcdProtocolError) as exc:
+            except EtcdError as exc:
                 problems.append(f"{endpoint}: {exc or type(exc).__name__}")
         return "; ".join(problems)
+
+    def client(self, endpoint: str) -> EtcdClient:
+        """A client for ``endpoint`` with this datastore's timeouts (not yet entered)."""
+        return EtcdClient(self.config, endpoint, request_timeout=self.request_timeout,
+                          stall_deadline=self.stall_deadline)
 
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
@@ -150,7 +150,7 @@ class _Watcher:
             try:
                 await self._session(endpoint)
                 continue  # compaction ended the watch: relist straight away
-            except _SESSION_ERRORS as exc:
+            except EtcdError as exc:
                 reason = f"etcd {endpoint}: {type(exc).__name__}: {exc}"
                 log.warning("etcd watch session failed (watch %s silent for %.1fs): %s",
                             self.stream, self.check.silent_for(trio.current_time()), reason)
@@ -165,18 +165,15 @@ class _Watcher:
                 log.info("Connected to etcd %s", reason)
             await self.send.send(Connection(ok=ok, reason=reason))
 
-    def _client(self, endpoint: str) -> httpx.AsyncClient:
-        return _client(self.ds, endpoint)
-
     async def _session(self, endpoint: str) -> None:
         """One connection's worth of work; returns only when a compaction ends the watch."""
-        async with self._client(endpoint) as client:
-            status = gw.decode_status(await _post(client, gw.STATUS_PATH, {}))
+        async with self.ds.client(endpoint) as client:
+            status = gw.decode_status(await client.call(gw.STATUS_PATH, {}))
             if self.state.needs_relist(status):
                 await self._relist(client)
             await self._follow(client)
 
-    async def _relist(self, client: httpx.AsyncClient) -> None:
+    async def _relist(self, client: EtcdClient) -> None:
         while True:
             try:
                 header = await self._list_all(client)
@@ -188,7 +185,7 @@ class _Watcher:
                      len(self.state), len(self.state.kinds), header.revision)
             return
 
-    async def _list_all(self, client: httpx.AsyncClient) -> gw.Header:
+    async def _list_all(self, client: EtcdClient) -> gw.Header:
         """Range every kind at one revision (the first reply's), sending differences."""
         pinned: gw.Header | None = None
         for kind in self.state.kinds:
@@ -200,8 +197,8 @@ class _Watcher:
                 body = gw.range_request(start, end, revision=pinned.revision if pinned else 0,
                                         limit=self.ds.page_size)
                 try:
-                    page = gw.decode_range(await _post(client, gw.RANGE_PATH, body))
-                except gw.EtcdGatewayError as exc:
+                    page = gw.decode_range(await client.call(gw.RANGE_PATH, body))
+                except EtcdGatewayError as exc:
                     if exc.compacted:
                         log.info("etcd compacted during the list: %s; listing again", exc)
                         raise _Compacted from exc
@@ -217,7 +214,7 @@ class _Watcher:
             raise ValueError("no kinds to list")
         return pinned
 
-    async def _follow(self, client: httpx.AsyncClient) -> None:
+    async def _follow(self, client: EtcdClient) -> None:
         """Stream the watch, with the keepalive probe and the stall check beside it; returns
         on compaction or a stall (the caller then resumes at once)."""
         failure: list[BaseException] = []
@@ -226,7 +223,7 @@ class _Watcher:
             await nursery.start(self._cross_check, client, failure, nursery.cancel_scope)
             try:
                 await self._stream(client)
-            except _SESSION_ERRORS as exc:
+            except EtcdError as exc:
                 failure.append(exc)
             nursery.cancel_scope.cancel()
         if failure:
@@ -238,7 +235,7 @@ class _Watcher:
                 return
             raise failure[0]
 
-    async def _cross_check(self, client: httpx.AsyncClient, failure: list[BaseException],
+    async def _cross_check(self, client: EtcdClient, failure: list[BaseException],
                            scope: trio.CancelScope, *,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                            ) -> None:
@@ -247,94 +244,64 @@ class _Watcher:
                                            self.stream))
         scope.cancel()
 
-    async def _probe(self, client: httpx.AsyncClient) -> bool | None:
+    async def _probe(self, client: EtcdClient) -> bool | None:
         """Whether etcd holds a change in the watched span after the stream's revision
         (None: it could not tell).  A short watch on a connection of its own, closed after."""
         revision = self.state.revision
         try:
             with trio.move_on_after(self.ds.request_timeout):  # until_stalled bounds it too
-                status = gw.decode_status(await _post(client, gw.STATUS_PATH, {}))
+                status = gw.decode_status(await client.call(gw.STATUS_PATH, {}))
                 if status.revision <= revision:
                     return False  # nothing at all changed in etcd since
                 body = gw.watch_request(*self.span, revision + 1, progress_notify=False)
-                async with client.stream("POST", gw.WATCH_PATH, json=body,
-                                         headers={"connection": "close"}) as resp:
-                    if resp.status_code != 200:
-                        return None
-                    lines = resp.aiter_lines()
+                async with client.watch(body, idle_timeout=self.ds.request_timeout,
+                                        close=True) as lines:
                     async for line in lines:
-                        if line.strip():
-                            msg = gw.decode_watch_message(line)
-                            if msg.canceled or msg.events:
-                                return bool(msg.events) or None
-                            if msg.created:
-                                break
+                        msg = gw.decode_watch_message(line)
+                        if msg.canceled or msg.events:
+                            return bool(msg.events) or None
+                        if msg.created:
+                            break
                     # etcd replays history to an unsynced watch within ~100 ms.
                     with trio.move_on_after(probe_window(self.ds.stall_deadline)):
                         async for line in lines:
-                            if line.strip():
-                                msg = gw.decode_watch_message(line)
-                                if msg.canceled or msg.events:
-                                    return bool(msg.events) or None
+                            msg = gw.decode_watch_message(line)
+                            if msg.canceled or msg.events:
+                                return bool(msg.events) or None
                     return False
-        except _SESSION_ERRORS as exc:
+        except EtcdError as exc:
             log.debug("etcd stall probe for %s failed: %s", self.stream, exc)
         return None
 
-    async def _keepalive(self, client: httpx.AsyncClient, failure: list[BaseException],
+    async def _keepalive(self, client: EtcdClient, failure: list[BaseException],
                          scope: trio.CancelScope) -> None:
         while True:
             await trio.sleep(self.ds.keepalive_interval)
             try:
-                gw.decode_status(await _post(client, gw.STATUS_PATH, {}))
-            except _SESSION_ERRORS as exc:
+                gw.decode_status(await client.call(gw.STATUS_PATH, {}))
+            except EtcdError as exc:
                 failure.append(exc)
                 scope.cancel()
                 return
 
-    async def _stream(self, client: httpx.AsyncClient) -> None:
+    async def _stream(self, client: EtcdClient) -> None:
         start_revision = self.state.revision + 1
         body = gw.watch_request(*self.span, start_revision)
         # The stream idles between changes, so no read timeout: the keepalive covers it.
-        timeout = httpx.Timeout(self.ds.request_timeout, read=None)
-        async with client.stream("POST", gw.WATCH_PATH, json=body, timeout=timeout) as resp:
-            if resp.status_code != 200:
-                gw.check_error(gw.parse_json(await resp.aread()))
-                resp.raise_for_status()
-            async for line in resp.aiter_lines():
-                if not line.strip():
-                    continue
+        async with client.watch(body) as lines:
+            async for line in lines:
                 msg = gw.decode_watch_message(line)
                 self.check.progressed(trio.current_time())
                 if msg.created:
                     log.debug("etcd watch created from revision %d", start_revision)
                     self.backoff.reset()
-                    await self._report(True, str(client.base_url))
+                    await self._report(True, client.endpoint)
                 if msg.canceled:
                     if msg.compact_revision:
                         self.state.compacted(msg.compact_revision)
                         return
-                    raise gw.EtcdGatewayError(f"watch canceled: {msg.cancel_reason or 'no reason'}")
+                    raise EtcdGatewayError(f"watch canceled: {msg.cancel_reason or 'no reason'}")
                 with delivering(self.check):
                     await hand_over(self.send, self.state.watched(msg))
-        raise gw.EtcdProtocolError("etcd ended the watch stream")
+        raise EtcdProtocolError("etcd ended the watch stream")
 
-
-def _client(ds: EtcdDatastore, endpoint: str) -> httpx.AsyncClient:
-    verify: Any = ds.config.ssl_context() if endpoint.startswith("https:") else True
-    transport = httpx.AsyncHTTPTransport(
-        verify=verify, trust_env=False,
-        socket_options=keepalive_socket_options(ds.stall_deadline))
-    return httpx.AsyncClient(base_url=endpoint, transport=transport, trust_env=False,
-                             timeout=ds.request_timeout)
-
-
-async def _post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Any:
-    """One unary gateway call; etcd's error replies become :class:`EtcdGatewayError`."""
-    resp = await client.post(path, content=json.dumps(body).encode(),
-                             headers={"content-type": "application/json"})
-    payload = gw.parse_json(resp.content)
-    gw.check_error(payload)
-    if resp.status_code != 200:
-        raise gw.EtcdGatewayError(f"HTTP {resp.status_code} from {path}")
-    return payload

@@ -7,7 +7,7 @@ their zero value (``0``, ``false``, ``PUT``) are omitted.  A watch is one long P
 response body is newline-separated JSON objects, each ``{"result": WatchResponse}`` or
 ``{"error": ...}``.
 
-Nothing here performs I/O; :mod:`trio_typha.datastore.etcd` moves the bytes.
+Nothing here performs I/O; :mod:`trio_typha.datastore.etcd_client` moves the bytes.
 """
 
 from __future__ import annotations
@@ -19,33 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .etcd_errors import EtcdGatewayError, EtcdProtocolError
+
 RANGE_PATH = "/v3/kv/range"
 PUT_PATH = "/v3/kv/put"
 DELETE_RANGE_PATH = "/v3/kv/deleterange"
 COMPACTION_PATH = "/v3/kv/compaction"
 WATCH_PATH = "/v3/watch"
 STATUS_PATH = "/v3/maintenance/status"
-
-# gRPC status OUT_OF_RANGE: etcd's code for "compacted" and "future revision".
-_GRPC_OUT_OF_RANGE = 11
-
-
-class EtcdProtocolError(ValueError):
-    """A gateway response that is not what etcd sends (bad JSON, bad base64, wrong shape)."""
-
-
-class EtcdGatewayError(Exception):
-    """etcd refused a request; ``code`` is the gRPC status code when it gave one."""
-
-    def __init__(self, message: str, code: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-    @property
-    def compacted(self) -> bool:
-        """The revision asked for has been compacted away: the caller must list afresh."""
-        return self.code == _GRPC_OUT_OF_RANGE and "compacted" in self.message
 
 
 @dataclass(frozen=True, slots=True)

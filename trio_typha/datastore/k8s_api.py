@@ -20,39 +20,37 @@ import trio
 
 from ..model.jsonload import loads
 from ..model.kinds import ResourceKind
+from .http_edge import ErrorFamily, translated
 from .k8s_config import KubeClientConfig, build_ssl_context, read_token_file
+from .k8s_errors import (
+    ApiError,
+    K8sError,
+    K8sTimeout,
+    K8sTransportError,
+    MalformedResponse,
+    StatusInfo,
+)
 from .k8s_listbody import json_object, split_list
-from .k8s_stream import LineDecoder, MalformedResponse, StatusInfo, WatchEvent, parse_watch_event
+from .k8s_stream import LineDecoder, WatchEvent, parse_watch_event
 from .stall import DEFAULT_DEADLINE, keepalive_socket_options
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "trio-typha"
 
+#: What this client raises for a failed transport (see :mod:`.k8s_errors`).
+ERRORS = ErrorFamily(transport=K8sTransportError, timeout=K8sTimeout, malformed=MalformedResponse)
 
-class ApiError(Exception):
-    """The API server answered a request with an error status."""
 
-    def __init__(self, method: str, path: str, http_status: int, status: StatusInfo) -> None:
-        detail = status.message or status.reason or "no detail"
-        super().__init__(f"{method} {path}: HTTP {http_status}: {detail}")
-        self.http_status = http_status
-        self.status = status
-
-    @property
-    def expired(self) -> bool:
-        """The resourceVersion asked for is unusable (410, or too new): list afresh."""
-        return self.http_status == 410 or self.status.expired or self.status.too_large_rv
-
-    @classmethod
-    def from_response(cls, response: httpx.Response) -> ApiError:
-        try:
-            status = StatusInfo.from_object(loads(response.content))
-        except ValueError:
-            status = StatusInfo(response.status_code, response.reason_phrase,
-                                response.text[:200])
-        return cls(response.request.method, response.request.url.path, response.status_code,
-                   status)
+def _status_error(response: httpx.Response) -> ApiError:
+    """The :class:`ApiError` of a response with an error status (its body a
+    ``metav1.Status``, or anything else: the reason phrase and the start of the text)."""
+    try:
+        status = StatusInfo.from_object(loads(response.content))
+    except ValueError:
+        status = StatusInfo(response.status_code, response.reason_phrase, response.text[:200])
+    return ApiError(response.request.method, response.request.url.path, response.status_code,
+                    status)
 
 
 def client_options(config: KubeClientConfig) -> dict[str, Any]:
@@ -68,14 +66,11 @@ def served_groups_blocking(config: KubeClientConfig, *, timeout: float = 10.0) -
     (Calico discovers its API group the same way, while building its client)."""
     headers = {"Authorization": config.authorization} if config.authorization else {}
     extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
-    with httpx.Client(**client_options(config), timeout=timeout) as client:
+    with translated(ERRORS), httpx.Client(**client_options(config), timeout=timeout) as client:
         response = client.get("/apis", headers=headers, extensions=extensions)
-        if response.status_code != 200:
-            raise ApiError.from_response(response)
-        try:
-            return group_names(loads(response.content))
-        except ValueError as exc:
-            raise MalformedResponse(f"GET /apis: response is not JSON: {exc}") from exc
+    if response.status_code != 200:
+        raise _status_error(response)
+    return group_names(json_object(response.content, "GET /apis"))
 
 
 def group_names(doc: Any) -> set[str]:
@@ -93,7 +88,9 @@ def resource_path(kind: ResourceKind) -> str:
 
 
 class KubeApi:
-    """The httpx client for one API server (use as an async context manager)."""
+    """The httpx client for one API server (use as an async context manager).
+
+    Every method raises only :mod:`.k8s_errors`' classes for a failed request."""
 
     def __init__(self, config: KubeClientConfig, *, request_timeout: float = 30.0,
                  auth_refresh_interval: float = 60.0,
@@ -127,12 +124,17 @@ class KubeApi:
         await self._client.aclose()
 
     async def _get_body(self, path: str, params: dict[str, str] | None) -> bytes:
-        response = await self._client.get(path, params=params, headers=await self._headers(),
-                                          extensions=self._extensions)
-        if response.status_code != 200:
-            self._note_rejection(response.status_code)
-            raise ApiError.from_response(response)
+        headers = await self._headers()
+        with translated(ERRORS):
+            response = await self._client.get(path, params=params, headers=headers,
+                                              extensions=self._extensions)
+        self._check(response, 200)
         return response.content
+
+    def _check(self, response: httpx.Response, *ok: int) -> None:
+        if response.status_code not in ok:
+            self._note_rejection(response.status_code)
+            raise _status_error(response)
 
     async def get_json(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         """GET ``path``; the decoded JSON object, or :class:`ApiError`."""
@@ -140,17 +142,12 @@ class KubeApi:
 
     async def write_json(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST/PUT ``body`` to ``path``; the object the server stored, or :class:`ApiError`."""
-        response = await self._client.request(
-            method, path, json=body, headers=await self._headers(),
-            extensions=self._extensions)
-        if response.status_code not in (200, 201):
-            self._note_rejection(response.status_code)
-            raise ApiError.from_response(response)
-        try:
-            doc = loads(response.content)
-        except ValueError as exc:
-            raise MalformedResponse(f"{method} {path}: response is not JSON: {exc}") from exc
-        return doc if isinstance(doc, dict) else {}
+        headers = await self._headers()
+        with translated(ERRORS):
+            response = await self._client.request(method, path, json=body, headers=headers,
+                                                  extensions=self._extensions)
+        self._check(response, 200, 201)
+        return json_object(response.content, f"{method} {path}")
 
     async def list_page(self, kind: ResourceKind, *, limit: int | None,
                         continue_token: str | None = None,
@@ -189,7 +186,8 @@ class KubeApi:
         """Open a watch of ``kind`` from ``resource_version``; yields its event iterator.
 
         Raises :class:`ApiError` if the server refuses the watch; the iterator ends when the
-        server ends the stream (``timeoutSeconds``) and raises httpx errors if it drops.
+        server ends the stream (``timeoutSeconds``) and raises :class:`K8sTransportError`
+        if it drops, :class:`MalformedResponse` for a line that is not a watch event.
         """
         params = {"watch": "true", "resourceVersion": resource_version,
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
@@ -198,15 +196,17 @@ class KubeApi:
             extensions=self._extensions,
             # The server ends the stream after timeoutSeconds; a longer silence is a dead peer.
             timeout=httpx.Timeout(self._client.timeout.connect, read=timeout_seconds + 30.0))
-        response = await self._client.send(request, stream=True)
+        with translated(ERRORS):
+            response = await self._client.send(request, stream=True)
         try:
             if response.status_code != 200:
-                await response.aread()
-                self._note_rejection(response.status_code)
-                raise ApiError.from_response(response)
+                with translated(ERRORS):
+                    await response.aread()
+                self._check(response, 200)
             yield _WatchEvents(response.aiter_bytes())
         finally:
-            await response.aclose()
+            with translated(ERRORS):
+                await response.aclose()
 
     async def changed_since(self, kind: ResourceKind, resource_version: str, *,
                             window: float) -> bool | None:
@@ -223,7 +223,8 @@ class KubeApi:
         request = self._client.build_request("GET", resource_path(kind), params=params,
                                              headers=headers, extensions=self._extensions)
         try:
-            response = await self._client.send(request, stream=True)
+            with translated(ERRORS):
+                response = await self._client.send(request, stream=True)
             try:
                 if response.status_code != 200:
                     return None
@@ -236,8 +237,9 @@ class KubeApi:
                             return True
                 return False
             finally:
-                await response.aclose()
-        except (httpx.HTTPError, MalformedResponse) as exc:
+                with translated(ERRORS):
+                    await response.aclose()
+        except K8sError as exc:
             log.debug("Cross-check of the %s watch failed: %s", kind, exc)
         return None
 
@@ -284,7 +286,8 @@ class _WatchEvents:
             if self._eof:
                 raise StopAsyncIteration
             try:
-                chunk = await self._chunks.__anext__()
+                with translated(ERRORS):
+                    chunk = await self._chunks.__anext__()
             except StopAsyncIteration:
                 self._eof = True
                 lines = [self._decoder.close()]

@@ -14,11 +14,9 @@ import logging
 import uuid
 from typing import Any
 
-import httpx
-
 from ..model.kinds import calico_kind
-from .k8s_api import ApiError, KubeApi, resource_path
-from .k8s_stream import MalformedResponse
+from .k8s_api import KubeApi, resource_path
+from .k8s_errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -105,5 +103,3 @@ async def _tier(api: KubeApi, group: str, name: str, order: int, action: str,
         "spec": {"order": order, "defaultAction": action}})
     done.append(f"created Tier {name}")
 
-
-INIT_ERRORS = (ApiError, httpx.HTTPError, MalformedResponse)

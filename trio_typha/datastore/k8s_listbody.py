@@ -18,7 +18,7 @@ from json.decoder import WHITESPACE, scanstring  # type: ignore[attr-defined]
 from typing import Any
 
 from ..model.jsonload import loads
-from .k8s_stream import MalformedResponse
+from .k8s_errors import MalformedResponse
 
 _DECODER = json.JSONDecoder()
 

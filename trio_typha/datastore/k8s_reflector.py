@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 
 from ..model.kinds import ResourceKind
 from .events import DatastoreEvent, KindSynced, ResourceEvent
+from .k8s_errors import MalformedResponse, StatusInfo
 from .k8s_profile_watch import ProfileStamps, is_profile_source
-from .k8s_stream import MalformedResponse, StatusInfo, WatchEvent
+from .k8s_stream import WatchEvent
 from .known import KnownObjects
 
 _Obj = TypeVar("_Obj", bound=Mapping[str, Any])

@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.jsonload import loads
+from .k8s_errors import MalformedResponse
 
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
-
-
-class MalformedResponse(ValueError):
-    """The API server sent something malformed: a watch stream, a list, an object."""
 
 
 class LineDecoder:
@@ -70,39 +67,6 @@ class WatchEvent:
     @property
     def resource_version(self) -> str:
         return str(self.object.get("metadata", {}).get("resourceVersion", ""))
-
-
-@dataclass(frozen=True, slots=True)
-class StatusInfo:
-    """The parts of a ``metav1.Status`` a watcher acts on."""
-
-    code: int
-    reason: str
-    message: str
-    causes: tuple[str, ...] = ()  # details.causes[].reason
-
-    @classmethod
-    def from_object(cls, obj: Any) -> StatusInfo:
-        if not isinstance(obj, dict):
-            return cls(0, "", repr(obj)[:200])
-        code = obj.get("code")
-        details = obj.get("details")
-        causes = details.get("causes") if isinstance(details, dict) else None
-        return cls(code if isinstance(code, int) else 0, str(obj.get("reason", "")),
-                   str(obj.get("message", "")),
-                   tuple(str(c.get("reason", "")) for c in causes or () if isinstance(c, dict)))
-
-    @property
-    def expired(self) -> bool:
-        """The requested resourceVersion is too old: list again."""
-        return self.code == 410 or self.reason in ("Expired", "Gone")
-
-    @property
-    def too_large_rv(self) -> bool:
-        """The requested resourceVersion is newer than the server's (e.g. a restored etcd):
-        client-go's reflector and Calico list again, as for an expired one."""
-        return ("ResourceVersionTooLarge" in self.causes
-                or "too large resource version" in self.message.lower())
 
 
 def parse_watch_event(line: bytes) -> WatchEvent | None:

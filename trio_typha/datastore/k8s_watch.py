@@ -34,24 +34,20 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import trio
 
 from ..backoff import Backoff
 from ..model.kinds import ResourceKind
 from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
-from .k8s_api import ApiError, KubeApi
+from .http_edge import brief
+from .k8s_api import KubeApi
+from .k8s_errors import ApiError, K8sError, K8sTransportError, MalformedResponse
 from .k8s_profile_watch import ProfileStamps
 from .k8s_reflector import KindReflector, WatchErrorEvent
-from .k8s_stream import MalformedResponse
 from .stall import DEFAULT_DEADLINE, StallCheck, WatchStalled, probe_window
 
 log = logging.getLogger(__name__)
-
-# What a failed request can raise besides ApiError: transport trouble or a garbled body.
-_TRANSIENT = (httpx.HTTPError, MalformedResponse)
-
 
 @dataclass(frozen=True, slots=True)
 class WatchTuning:
@@ -112,7 +108,7 @@ class KindWatcher:
                     self.reflector.expire()
                 await self._failed("list", exc)
             return
-        except _TRANSIENT as exc:
+        except K8sError as exc:
             await self._failed("list", exc)
             return
         self._backoff.reset()
@@ -202,7 +198,7 @@ class KindWatcher:
                                 progressed = True
                                 self._errors_at_rv = 0
                                 self._backoff.reset()
-                    except (WatchErrorEvent, ApiError, *_TRANSIENT) as exc:
+                    except (WatchErrorEvent, K8sError) as exc:
                         failure.append(exc)  # raised below, outside the nursery
                     nursery.cancel_scope.cancel()
                 if failure:
@@ -226,7 +222,7 @@ class KindWatcher:
                 await self._failed("watch", exc)
                 return
             error = exc
-        except _TRANSIENT as exc:
+        except K8sError as exc:
             error = exc
         silent = self.check.silent_for(trio.current_time())
         if _timed_out(error):
@@ -334,4 +330,5 @@ def _timed_out(exc: BaseException) -> bool:
 
 
 def _brief(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    # A transport error's message already leads with the transport's kind of failure.
+    return str(exc) if isinstance(exc, K8sTransportError) else brief(exc)

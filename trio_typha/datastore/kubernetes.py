@@ -21,22 +21,20 @@ import random as _random
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 
-import httpx
 import trio
 
 from ..config import Config
 from ..model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, ResourceKind
 from .base import DatastoreEvent
-from .k8s_api import ApiError, KubeApi, served_groups_blocking
+from .k8s_api import KubeApi, served_groups_blocking
 from .k8s_config import KubeClientConfig, load_kube_client_config
+from .k8s_errors import K8sError
 from .k8s_profile_watch import ProfileStamps
-from .k8s_stream import MalformedResponse
 from .k8s_watch import KindWatcher, WatchTuning
 from .stall import WatchBoard
 
 log = logging.getLogger(__name__)
 
-_DISCOVERY_ERRORS = (ApiError, httpx.HTTPError, MalformedResponse)
 V3_GROUP_VERSION = f"{CALICO_V3_GROUP}/v3"
 
 
@@ -60,7 +58,7 @@ async def resolve_calico_group(api: KubeApi, configured: str | None) -> str:
         return _decided(configured, None)
     try:
         served: set[str] | None = await api.served_groups()
-    except _DISCOVERY_ERRORS as exc:
+    except K8sError as exc:
         log.warning("Cannot discover the API groups (%s); using %s", exc, CALICO_CRD_GROUP)
         served = None
     return _decided(None, served)
@@ -115,7 +113,7 @@ class KubernetesDatastore:
                                    "or use open_kubernetes_datastore()")
             try:
                 served: set[str] | None = served_groups_blocking(config)
-            except _DISCOVERY_ERRORS as exc:
+            except K8sError as exc:
                 log.warning("Cannot discover the API groups (%s); using %s", exc,
                             CALICO_CRD_GROUP)
                 served = None

@@ -13,12 +13,11 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-import httpx
 import trio
 
 from ..cache.feed import CacheFeed
-from ..datastore.k8s_api import ApiError, KubeApi
-from ..datastore.k8s_stream import MalformedResponse
+from ..datastore.k8s_api import KubeApi
+from ..datastore.k8s_errors import K8sError
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, count_typhas
 from ..model.keys import resource_key
 from ..model.kv import SyncStatus
@@ -44,6 +43,11 @@ def node_counter(felix: CacheFeed) -> Callable[[], int]:
     return count
 
 
+def _unavailable(why: str) -> CountUnavailable:
+    log.error("Failed to get Typha EndpointSlice from Kubernetes: %s", why)
+    return CountUnavailable(why)
+
+
 def typha_counter(api: KubeApi, *, namespace: str, service: str, port_name: str
                   ) -> Callable[[], Awaitable[int]]:
     """Typha's replica count from the Service's EndpointSlices (see model.endpoint_slices)."""
@@ -54,10 +58,10 @@ def typha_counter(api: KubeApi, *, namespace: str, service: str, port_name: str
         try:
             with trio.fail_after(LOOKUP_TIMEOUT):
                 doc = await api.get_json(path, params)
-        except (ApiError, httpx.HTTPError, MalformedResponse, trio.TooSlowError) as exc:
-            log.error("Failed to get Typha EndpointSlice from Kubernetes: %s",
-                      exc or type(exc).__name__)
-            raise CountUnavailable(str(exc) or type(exc).__name__) from exc
+        except trio.TooSlowError as exc:
+            raise _unavailable(f"no answer within {LOOKUP_TIMEOUT:g}s") from exc
+        except K8sError as exc:
+            raise _unavailable(str(exc)) from exc
         items = doc.get("items")
         return count_typhas(items if isinstance(items, list) else [], port_name)
     return count

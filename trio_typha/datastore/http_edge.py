@@ -1,0 +1,47 @@
+"""The one place httpx's exceptions become a client's own (httpcore's ``map_exceptions``).
+
+Each HTTP client edge (:mod:`.k8s_api`, :mod:`.etcd_client`) names its hierarchy as an
+:class:`ErrorFamily` and wraps every call into httpx with :func:`translated`; what leaves
+the edge is then one of the family's classes, raised ``from`` the original so its chain
+(an ``ETIMEDOUT`` deep inside, say) stays readable.  Everything above the edges catches the
+family and never imports httpx (``tests/unit/test_client_edges.py`` checks it).
+
+Only transport failures are mapped.  An error *status* is an answer, not a failure of the
+transport, and each edge turns it into its own status error where it reads the response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorFamily:
+    """A client's classes for the failures the transport can raise."""
+
+    transport: type[Exception]  # unreachable, refused, reset, TLS, proxy, broken framing
+    timeout: type[Exception]  # connect, read, write or pool timeout
+    malformed: type[Exception]  # a body the transport could not decode (content-encoding)
+
+
+def brief(exc: BaseException) -> str:
+    """``Kind: message``, or just the kind when there is no message (httpx's timeouts)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@contextmanager
+def translated(family: ErrorFamily) -> Iterator[None]:
+    """Re-raise httpx's exceptions (and the ``OSError``s, TLS ones included, that reach us
+    unwrapped) as ``family``'s, keeping the original as the cause."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise family.timeout(brief(exc)) from exc
+    except httpx.DecodingError as exc:
+        raise family.malformed(brief(exc)) from exc
+    except (httpx.HTTPError, OSError) as exc:
+        raise family.transport(brief(exc)) from exc
