@@ -380,8 +380,7 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         result["clients_not_in_sync"] = sum(r.get("not_in_sync", 0) for r in in_sync)
         result["stuck_clients"] = [s for r in in_sync for s in r.get("stuck", [])]
         if daemon.workers is not None:
-            await trio.sleep(1.5)  # the primary reads its workers' connections once a second
-            result["worker_clients"] = [len(w.connections) for w in daemon.workers.workers]
+            result["worker_clients"] = [w.open for w in daemon.workers.workers]
         workers_cpu1 = procs_of.worker_cpu()
         seq1 = daemon.pipelines[args.syncer].feed.latest.seq
         gc_pauses = GcPauses()

@@ -16,7 +16,6 @@ import argparse
 import json
 from typing import Any
 
-import httpx
 import trio
 
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
@@ -71,11 +70,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 published[(u.key, u.value)] = crumb.timestamp
         served_by: dict[str, int] = {}
         if daemon.workers is not None:
-            async with httpx.AsyncClient(trust_env=False) as http:
-                for w in daemon.workers.workers:
-                    doc = (await http.get(f"http://127.0.0.1:{w.health_port}/connections")
-                           ).json()
-                    served_by.update({row["hostname"]: w.index for row in doc["connections"]})
+            served_by.update({row["hostname"]: row["worker"]
+                              for row in await daemon.workers.connection_rows()})
         for c in clients:
             await c.aclose()
         daemon.shutdown()

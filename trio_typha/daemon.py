@@ -55,8 +55,10 @@ from .startup import (
 from .syncer.pipeline import SyncerPipeline
 from .tls.diagnosis import FailureLog
 from .tls.server import ServerTLS, TLSPolicy, metrics_ssl_context
+from .workers import control as worker_control
 from .workers import wire as worker_wire
-from .workers.handoff import BalancingListener, ReceivedSocketListener
+from .workers.channel import ControlSocket, PrimaryLink, ReceivedSocketListener
+from .workers.handoff import BalancingListener
 from .workers.pool import (
     ReplicaPipeline,
     Upstream,
@@ -114,12 +116,13 @@ class Daemon:
                  datastore: Datastore | None = None, handle_signals: bool = False,
                  syncer_types: tuple[str, ...] = SYNCER_TYPES,
                  listen_port: int | None = None, upstream: str | None = None,
-                 control: socket.socket | None = None) -> None:
+                 control: ControlSocket | None = None) -> None:
         """``listen_port`` overrides the configured port; 0 picks a free one (tests, benches):
         in Typha's own config, ServerPort 0 means 5473.  ``upstream`` makes this a
         ServerWorkers worker: its caches follow the primary at that Unix socket instead of
-        a datastore (see :mod:`.workers.pool`), and ``control`` is where the primary
-        passes it its connections (:mod:`.workers.handoff`)."""
+        a datastore (see :mod:`.workers.pool`), and ``control`` is its channel with the
+        primary (:mod:`.workers.channel`): its connections, queries, limit and drain come
+        in there, and its status goes out."""
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
         self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled,
@@ -131,7 +134,9 @@ class Daemon:
         self.upstream = upstream
         #: Processes serving the port (ServerWorkers after its default); 1 for a worker.
         self.server_workers: int = 1 if upstream is not None else server_processes(cfg)
-        self.control = control
+        self.link = None if control is None else PrimaryLink(
+            control, status=self._worker_status, answer=self._answer,
+            on_limit=self._limit_from_primary, on_drain=self.shutdown, on_gone=self.shutdown)
         self._handed: ReceivedSocketListener | None = None
         self.workers: WorkerPool | None = None
         if upstream is not None:
@@ -170,6 +175,8 @@ class Daemon:
         self.connections = ConnectionRegistry(active=self.metrics.connections_active,
                                               accepted=self.metrics.connections_accepted)
         self.connections.on_capacity_error = FdShedder(self.connections)
+        if self.link is not None:
+            self.connections.on_change = self.link.changed
         self.ports: dict[str, int] = {}
         self._shutdown = trio.Event()
         self.governor: Governor | None = None
@@ -265,6 +272,8 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             if self.handle_signals:
                 nursery.start_soon(self._signals)
+            if self.link is not None:
+                await nursery.start(self.link.run)
             for feed in feeds.values():
                 await nursery.start(feed.run_broadcast)
             await self._check_datastore()
@@ -400,19 +409,38 @@ class Daemon:
                 f"cannot reach etcd at {endpoints} (TYPHA_ETCDENDPOINTS / TYPHA_ETCDADDR): "
                 f"{problem}; check that etcd runs and the endpoints and TLS files are right")
 
-    def _health_http(self, path: str) -> tuple[int, str, bytes] | None:
+    async def _health_http(self, path: str) -> tuple[int, str, bytes] | None:
         """The health port: Typha's probes, plus ``/connections`` (who is connected)."""
         if path == "/connections":
-            from .observe.connections import connections_document
-            replica = f"{socket.gethostname()}:{self.ports.get('server', self.listen_port)}"
-            rows = self.connections.snapshot()
-            if self.workers is not None:
-                rows = [*rows, *self.workers.connection_rows()]
-            return 200, "application/json", connections_document(
-                replica, rows, version=BUILD_VERSION,
-                limit=self.governor.limit if self.governor is not None else None,
-                accepted=self._handed.accepted if self._handed is not None else None)
+            rows = self.workers.connection_rows() if self.workers is not None else None
+            return 200, "application/json", self._connections_document(
+                [] if rows is None else await rows)
         return self.health.handle(path)
+
+    def _connections_document(self, more: list[dict[str, Any]]) -> bytes:
+        """``/connections``: this process's rows and ``more`` (its workers')."""
+        from .observe.connections import connections_document
+        replica = f"{socket.gethostname()}:{self.ports.get('server', self.listen_port)}"
+        return connections_document(
+            replica, [*self.connections.snapshot(), *more], version=BUILD_VERSION,
+            limit=self.governor.limit if self.governor is not None else None,
+            accepted=self._handed.accepted if self._handed is not None else None)
+
+    def _worker_status(self) -> worker_control.Status:
+        """A worker: what it reports to the primary (readiness as its /readiness says)."""
+        reports = self.health.reports()
+        ready = bool(reports) and all(r.live and r.ready is not False for r in reports.values())
+        detail = "; ".join(f"{name}: {r.detail or 'not ready'}" for name, r in reports.items()
+                           if not r.live or r.ready is False)
+        accepted = self._handed.accepted if self._handed is not None else 0
+        return worker_control.Status(ready, accepted, min(len(self.connections), accepted),
+                                     detail[:500] or ("" if ready else "starting"))
+
+    def _answer(self, what: int) -> bytes:
+        """A worker: its answer to the primary's query."""
+        if what == worker_control.METRICS:
+            return self.metrics.exposition()
+        return self._connections_document([])
 
     async def _freeze_after_sync(self) -> None:
         """Once every cache is in sync, move what exists then (the datastore's objects, the
@@ -428,13 +456,14 @@ class Daemon:
         log.info("All caches in sync; %d long-lived objects excluded from garbage "
                  "collection", gc.get_freeze_count())
 
-    def _metrics_http(self, path: str) -> tuple[int, str, bytes] | None:
+    async def _metrics_http(self, path: str) -> tuple[int, str, bytes] | None:
+        if path != "/metrics" or self.workers is None:
+            return self.metrics.handle(path)
+        others = await self.workers.metrics_texts()  # asked first: ours is the newest
         answer = self.metrics.handle(path)
-        if answer is None or self.workers is None:
-            return answer
+        assert answer is not None
         code, ctype, body = answer
-        return code, ctype, aggregate_exposition(
-            body.decode(), self.workers.metrics_texts()).encode()
+        return code, ctype, aggregate_exposition(body.decode(), others).encode()
 
     async def _run_workers(self, *, task_status: trio.TaskStatus[None]) -> None:
         """ServerWorkers > 1: the private feed for the workers, then the workers."""
@@ -450,10 +479,10 @@ class Daemon:
             await sock.bind(path)
             sock.listen(socket.SOMAXCONN)
             worker_cfg = cfg.replace(
+                # Probes and scrapes come to the primary, which asks its workers over
+                # their channels: a worker opens no port of its own.
                 server_workers=1, connection_rebalancing_mode="none",
-                health_enabled=True, health_host="127.0.0.1", health_port=0,
-                prometheus_metrics_enabled=True, prometheus_metrics_host="127.0.0.1",
-                prometheus_metrics_port=0,
+                health_enabled=False, prometheus_metrics_enabled=False,
                 max_connections_upper_limit=max(
                     1, -(-cfg.max_connections // self.server_workers)),
                 max_connections_lower_limit=1)
@@ -501,8 +530,8 @@ class Daemon:
         log.info("Opening %slisten socket host=%s port=%d", "TLS " if self.tls else "",
                  cfg.server_host or "*", self.listen_port)
         listeners: list[trio.abc.Listener[Any]]
-        if self.control is not None:  # a worker: the primary passes it its share
-            self._handed = ReceivedSocketListener(self.control)
+        if self.link is not None:  # a worker: the primary passes it its share
+            self._handed = self.link.listener
             listeners = [self._handed]
             self.ports["server"] = self.listen_port
         else:

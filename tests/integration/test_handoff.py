@@ -1,5 +1,6 @@
-"""The primary's BalancingListener passes real TCP sockets (SCM_RIGHTS) to its workers'
-ReceivedSocketListeners; here both "workers" are in this process, over real socketpairs."""
+"""The primary's BalancingListener passes real TCP sockets (SCM_RIGHTS) over its workers'
+control channels to their ReceivedSocketListeners; here both "workers" are in this process,
+over real socketpairs."""
 
 from __future__ import annotations
 
@@ -9,18 +10,24 @@ from dataclasses import dataclass
 import pytest
 import trio
 
-from trio_typha.workers.handoff import BalancingListener, ReceivedSocketListener
+from trio_typha.workers import control as c
+from trio_typha.workers.channel import ControlSocket, PrimaryLink, WorkerLink
+from trio_typha.workers.handoff import BalancingListener
 
 
 @dataclass
-class FakeWorker:
+class Worker:
     """What the balancer reads of a worker: the pool's WorkerState fields."""
 
     index: int
-    control: socket.socket | None
+    link: WorkerLink | None
     running: bool = True
     passed: int = 0
     closed: int = 0
+
+
+def worker_end(sock: socket.socket) -> PrimaryLink:
+    return PrimaryLink(ControlSocket(sock), status=lambda: c.Status(True, 0, 0), answer=lambda what: b"")
 
 
 async def echo(stream: trio.SocketStream, tag: bytes) -> None:
@@ -33,12 +40,11 @@ async def test_balancer_spreads_connections_and_passed_sockets_work() -> None:
     inner = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
     port = inner.socket.getsockname()[1]
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
-    workers = [FakeWorker(i + 1, ours) for i, (ours, _) in enumerate(pairs)]
-    for ours, _ in pairs:
-        ours.setblocking(False)
+    workers = [Worker(i + 1, WorkerLink(ours, i + 1)) for i, (ours, _) in enumerate(pairs)]
     own: list[trio.SocketStream] = []
     balancer = BalancingListener(inner, lambda: len(own), lambda: workers)
-    received = [ReceivedSocketListener(theirs) for _, theirs in pairs]
+    links = [worker_end(theirs) for _, theirs in pairs]
+    received = [link.listener for link in links]
     served = [0, 0]
     clients: list[trio.SocketStream] = []
 
@@ -59,6 +65,8 @@ async def test_balancer_spreads_connections_and_passed_sockets_work() -> None:
 
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
+            for link in links:
+                await nursery.start(link.run)
             nursery.start_soon(primary)
             for i in range(2):
                 nursery.start_soon(worker, i)
@@ -76,7 +84,7 @@ async def test_balancer_spreads_connections_and_passed_sockets_work() -> None:
             assert max(counts) - min(counts) <= 1, counts
             assert [w.passed for w in workers] == served == [r.accepted for r in received]
             # A worker that goes away: the balancer marks it and serves its share itself.
-            await received[0].aclose()
+            links[0].close()
             before = len(own)
             for _ in range(6):
                 client = await trio.open_tcp_stream("127.0.0.1", port)
@@ -88,13 +96,18 @@ async def test_balancer_spreads_connections_and_passed_sockets_work() -> None:
                 await c.aclose()
             nursery.cancel_scope.cancel()
     await balancer.aclose()
-    await received[1].aclose()
+    links[1].close()
 
 
 async def test_control_socket_eof_closes_the_worker_listener() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener = ReceivedSocketListener(theirs)
+    gone: list[bool] = []
+    link = PrimaryLink(ControlSocket(theirs), status=lambda: c.Status(True, 0, 0), answer=lambda what: b"",
+                       on_gone=lambda: gone.append(True))
     ours.close()  # the primary is gone
-    with trio.fail_after(5), pytest.raises(trio.ClosedResourceError):
-        await listener.accept()
-    await listener.aclose()
+    with trio.fail_after(5):
+        await link.run()
+        with pytest.raises(trio.ClosedResourceError):
+            await link.listener.accept()
+    assert gone == [True]
+    link.close()

@@ -24,6 +24,7 @@ from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
 from trio_typha.protocols.gob import encode_once as gob_encodings
+from trio_typha.workers.control import METRICS
 from trio_typha.workers.wire import ENCODINGS
 
 SETTLE = 30  # bound for every wait below (polls: the workers are other processes)
@@ -166,26 +167,24 @@ async def mixed_fleet(nursery: trio.Nursery) -> Daemon:
             await trio.sleep(0.01)
         await poll(converged)
         # Spread over more than one process, and the primary counts all of them.
-        await poll(lambda: sum(len(w.connections) for w in daemon.workers.workers) > 0)
+        await poll(lambda: sum(w.open for w in daemon.workers.workers) > 0)
         doc = (await get(daemon.ports["health"], "/connections")).json()
         served_by = {row.get("worker") for row in doc["connections"]}
         assert len(served_by) >= 2
-        await poll(lambda: len(daemon.workers.connection_rows())
-                   + len(daemon.connections.snapshot()) == 18)
+        # Each worker reports its count on its channel as a connection comes or goes.
+        await poll(lambda: sum(w.open for w in daemon.workers.workers)
+                   + len(daemon.connections) == 18)
         # The primary passes each connection to the least-loaded process: 6 each (+-1).
         doc = (await get(daemon.ports["health"], "/connections")).json()
         per_process = [sum(row.get("worker") == w for row in doc["connections"])
                        for w in (None, 1, 2)]
         assert sum(per_process) == 18 and max(per_process) - min(per_process) <= 2, \
             per_process
-        with trio.fail_after(SETTLE):  # the workers' figures are read once a second
-            while True:
-                metrics = (await get(daemon.ports["metrics"], "/metrics")).text
-                active = [line for line in metrics.splitlines()
-                          if line.startswith("typha_connections_active ")]
-                if active == ["typha_connections_active 18.0"]:
-                    break
-                await trio.sleep(0.2)
+        # The primary asks every worker for its metrics when it is scraped: already exact.
+        metrics = (await get(daemon.ports["metrics"], "/metrics")).text
+        active = [line for line in metrics.splitlines()
+                  if line.startswith("typha_connections_active ")]
+        assert active == ["typha_connections_active 18.0"]
         assert (await get(daemon.ports["health"], "/readiness")).status_code == 200
         await workers_send_the_primarys_encodings(daemon, doc, gob, streams,
                                                   chain(before_writes))
@@ -205,13 +204,17 @@ async def workers_send_the_primarys_encodings(
     assert len(changes) >= 10  # 20 writes (the pipeline may fold a few into one)
     names = {e.name for e in ENCODINGS}
     for w in daemon.workers.workers:
-        built = encodings_built((await get(w.metrics_port, "/metrics")).text)
+        assert w.link is not None
+        exposition = await w.link.query(METRICS)
+        assert exposition is not None
+        built = encodings_built(exposition.decode())
         assert built == dict.fromkeys(names, 0.0), f"worker {w.index} encoded {built}"
     own = encodings_built((await get(daemon.ports["metrics"], "/metrics")).text)
     assert set(own) == names and all(own[n] >= len(changes) for n in names), own
     # Each process holds its share of the replica's connection limit (10000 over 3).
-    for w in daemon.workers.workers:
-        assert (await get(w.health_port, "/connections")).json()["connection_limit"] == 3334
+    documents = await daemon.workers.documents()
+    assert sorted(documents) == [1, 2]
+    assert all(doc["connection_limit"] == 3334 for doc in documents.values())
     # Byte for byte: a worker's client got the primary's encodings of these breadcrumbs.
     on_worker = {row["hostname"] for row in doc["connections"] if row.get("worker")}
     checked = 0
@@ -238,7 +241,7 @@ async def test_killed_worker_is_restarted_and_its_clients_lose_nothing(nursery) 
             following.start_soon(follow_gob, c)
         cache = daemon.pipelines["felix"].feed.cache
         await poll(lambda: all(values(c.kvs) == cache.values_by_key() for c in clients))
-        await poll(lambda: len(pool.connection_rows()) > 0)  # the worker has some
+        await poll(lambda: pool.workers[0].open > 0)  # the worker has some
         old_pid = pool.workers[0].pid
         assert pool.kill(1) == old_pid
         # Readiness reflects the dead worker until it is back.

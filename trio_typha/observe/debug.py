@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -53,8 +53,8 @@ def config_json(cfg: Config) -> bytes:
     return json.dumps(shown, indent=2, sort_keys=True, default=list).encode()
 
 
-def debug_handler(cfg: Config) -> Callable[[str], Response | None]:
-    def handle(path: str) -> Response | None:
+def debug_handler(cfg: Config) -> Callable[[str], Awaitable[Response | None]]:
+    async def handle(path: str) -> Response | None:
         text = "text/plain; charset=utf-8"
         if path == "/debug/tasks":
             return 200, text, task_tree().encode()

@@ -1,6 +1,6 @@
 """A tiny HTTP/1.1 server (h11 on trio) for the health and metrics endpoints.
 
-Each request is answered by a synchronous handler that returns (status, content type, body);
+Each request is answered by a handler that returns (status, content type, body);
 one request per connection, then close: probes and scrapers need nothing more, and it keeps
 a misbehaving peer from holding a connection open.  The one exception is a WebSocket
 upgrade on a path given in ``websockets`` (the live feed): that connection is handed, with
@@ -21,7 +21,7 @@ from trio_websocket import WebSocketConnection, wrap_server_stream
 log = logging.getLogger(__name__)
 
 Response = tuple[int, str, bytes]
-Handler = Callable[[str], Response | None]  # path -> response, or None for 404
+Handler = Callable[[str], Awaitable[Response | None]]  # path -> response, or None for 404
 
 WebSocketHandler = Callable[[WebSocketConnection], Awaitable[None]]
 
@@ -104,7 +104,7 @@ async def _handle(stream: trio.abc.Stream, handler: Handler,
                             upgrade = websockets[path]
                             break
                     else:
-                        result = handler(path)
+                        result = await handler(path)
                     status, ctype, body = result if result is not None else (
                         404, "text/plain; charset=utf-8", b"404 page not found\n")
                     headers = [("content-type", ctype), ("content-length", str(len(body))),

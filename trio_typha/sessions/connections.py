@@ -150,6 +150,8 @@ class ConnectionRegistry:
         self.accepted = accepted
         #: Called on a capacity error; returns True if it closed a connection to make room.
         self.on_capacity_error: Callable[[OSError], bool] | None = None
+        #: Called whenever a connection comes or goes (a worker reports its count then).
+        self.on_change: Callable[[], None] | None = None
         # Like Typha: random upper 32 bits, low bits count up from 1.
         self._next_id = first_id if first_id is not None else (
             (random.getrandbits(31) + 1) << 32 | 1)
@@ -182,6 +184,8 @@ class ConnectionRegistry:
         self.connections[conn.id] = conn
         if self.active is not None:
             self.active.inc()
+        if self.on_change is not None:
+            self.on_change()
         try:
             with conn.cancel_scope:
                 yield conn
@@ -191,6 +195,8 @@ class ConnectionRegistry:
             del self.connections[conn.id]
             if self.active is not None:
                 self.active.dec()
+            if self.on_change is not None:
+                self.on_change()
             if not self.connections:
                 self._emptied.set()
 

@@ -11,8 +11,12 @@ delta.  The primary supervises them: a worker that dies
 is started again (its clients reconnect, and the primary fills it up first), and
 health, readiness, metrics and ``/connections`` of the primary cover every worker.
 
-Workers learn their configuration from the primary on stdin and exit when it closes (the
-primary is gone).  ``ServerWorkers=1`` is the single-process server.
+Everything else between the primary and a worker travels on one control channel
+(:mod:`.channel`, records of :mod:`.control`), the worker's stdin: its start record
+(configuration included), the sockets passed to it, its status as it changes (readiness,
+connections accepted and open), the answers to the primary's queries for its metrics and
+``/connections``, and the drain.  A worker exits when the channel closes (the primary is
+gone).  ``ServerWorkers=1`` is the single-process server.
 """
 
 from __future__ import annotations
@@ -21,31 +25,28 @@ import contextlib
 import json
 import logging
 import os
-import pickle
 import signal
 import socket
-import struct
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import httpx
 import trio
 
 from ..cache.build import THREAD_BUILD_SIZE
 from ..cache.feed import CacheFeed
+from ..config import Config
 from ..model.kv import SyncStatus
+from . import control as c
 from . import wire
+from .channel import ChannelClosed, ControlSocket, WorkerLink
 
 log = logging.getLogger(__name__)
 
 #: Pause before starting a worker again after it died.
 RESTART_DELAY = 1.0
-#: How often the primary reads its workers' health, metrics and connections.
-POLL_INTERVAL = 1.0
 #: How long the primary waits for a worker connection's hello.
 HELLO_TIMEOUT = 10.0
 #: How often the primary's feed looks for a new connection limit to hand its workers.
@@ -135,37 +136,38 @@ class Upstream:
 
 
 def worker_main() -> None:
-    """``python -m trio_typha.workers.pool``: a worker process (started by the primary)."""
+    """``python -m trio_typha.workers.pool``: a worker process (started by the primary).
+
+    Its stdin is its end of the control channel (:mod:`.channel`): the START record says
+    how to run, and the channel's EOF says the primary is gone (the worker drains then).
+    """
+    from ..config import early_log_level
     from ..daemon import Daemon
     from ..logs import setup_logging
-    size = struct.unpack("!I", sys.stdin.buffer.read(4))[0]
-    spec = pickle.loads(sys.stdin.buffer.read(size))
-    cfg = spec["config"]
-    setup_logging(cfg.log_severity_screen if hasattr(cfg, "log_severity_screen") else "INFO")
+    setup_logging(early_log_level())
 
-    async def main() -> None:
-        control = socket.socket(fileno=spec["control"])  # the primary passes sockets here
-        daemon = Daemon(cfg, upstream=spec["upstream"], listen_port=spec["port"],
+    async def main() -> int:
+        control = ControlSocket(socket.socket(fileno=sys.stdin.fileno()))
+        try:
+            start = await control.receive()
+        except (ChannelClosed, c.ControlError) as exc:
+            log.error("Worker: no start record from the primary (%s); exiting", exc)
+            return 2
+        if not isinstance(start, c.Start):
+            log.error("Worker: the primary began with %s, not START; exiting",
+                      type(start).__name__)
+            return 2
+        cfg = start.config
+        setup_logging(cfg.log_severity_screen)
+        daemon = Daemon(cfg, upstream=start.upstream, listen_port=start.port,
                         handle_signals=True, control=control)
+        try:
+            await daemon.run()
+        finally:
+            control.close()
+        return 0
 
-        async def primary_gone() -> None:
-            # The primary holds our stdin: EOF means it is gone.  Read without a thread, so
-            # none is left blocked in stdin when the interpreter exits.
-            async with trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())) as stdin:
-                while await stdin.receive_some(4096):
-                    pass
-            daemon.shutdown()
-
-        async with trio.open_nursery() as outer:
-            outer.start_soon(primary_gone)
-            async with trio.open_nursery() as nursery:
-                await nursery.start(daemon.run)
-                print(json.dumps({"event": "started", "pid": os.getpid(),
-                                  "health": daemon.ports.get("health"),
-                                  "metrics": daemon.ports.get("metrics")}), flush=True)
-            outer.cancel_scope.cancel()  # drained (SIGTERM or EOF): the process ends
-
-    trio.run(main)
+    sys.exit(trio.run(main))
 
 
 # ---- primary side -------------------------------------------------------------------------
@@ -175,26 +177,30 @@ def worker_main() -> None:
 class WorkerState:
     index: int
     pid: int | None = None
-    health_port: int | None = None
-    metrics_port: int | None = None
     running: bool = False
     ready: bool = False
     restarts: int = 0
-    metrics: str = ""
-    connections: list[dict[str, Any]] = field(default_factory=list)
     detail: str = "starting"
-    #: The primary's end of the control socket (:mod:`.handoff`) while the process runs.
-    control: socket.socket | None = None
-    #: Sockets passed to it since it started, and how many of them it had closed when
-    #: last read (its ``accepted`` less its rows; :mod:`.handoff` balances on the difference).
+    #: The primary's end of the worker's control channel while the process runs.
+    link: WorkerLink | None = None
+    #: Sockets passed to it since it started, and how many of them it has reported
+    #: closed (:mod:`.handoff` balances on the difference).
     passed: int = 0
     closed: int = 0
+    #: Connections it has open, as it last reported.
+    open: int = 0
+
+    def on_status(self, status: c.Status) -> None:
+        self.running = True  # the first status says it is up
+        self.ready, self.detail = status.ready, status.detail
+        self.closed = max(self.closed, status.accepted - status.open)
+        self.open = status.open
 
 
 class WorkerPool:
-    """The primary's workers: started, watched, restarted, and read for aggregation."""
+    """The primary's workers: started, watched, restarted, and asked for aggregation."""
 
-    def __init__(self, cfg: Any, *, count: int, upstream: str, port: int) -> None:
+    def __init__(self, cfg: Config, *, count: int, upstream: str, port: int) -> None:
         self.cfg = cfg
         self.count = count
         self.upstream = upstream
@@ -214,12 +220,40 @@ class WorkerPool:
                if not (w.running and w.ready)]
         return "; ".join(bad)
 
-    def connection_rows(self) -> list[dict[str, Any]]:
-        return [{**row, "worker": w.index} for w in self.workers if w.running
-                for row in w.connections]
+    async def _ask(self, what: int) -> list[tuple[WorkerState, bytes]]:
+        """Every running worker's answer to ``what``, asked of all at once (a worker that
+        does not answer in time is left out)."""
+        answers: dict[int, bytes] = {}
 
-    def metrics_texts(self) -> list[str]:
-        return [w.metrics for w in self.workers if w.running and w.metrics]
+        async def ask(w: WorkerState, link: WorkerLink) -> None:
+            body = await link.query(what)
+            if body is not None:
+                answers[w.index] = body
+
+        async with trio.open_nursery() as nursery:
+            for w in self.workers:
+                if w.running and w.link is not None:
+                    nursery.start_soon(ask, w, w.link)
+        return [(w, answers[w.index]) for w in self.workers if w.index in answers]
+
+    async def documents(self) -> dict[int, dict[str, Any]]:
+        """Every running worker's own ``/connections`` document, by index."""
+        out = {}
+        for w, body in await self._ask(c.CONNECTIONS):
+            try:
+                out[w.index] = json.loads(body)
+            except ValueError as exc:
+                log.warning("Worker %d: its /connections answer is not JSON: %s", w.index, exc)
+        return out
+
+    async def connection_rows(self) -> list[dict[str, Any]]:
+        """Every worker's ``/connections`` rows, each with its ``worker`` index."""
+        return [{**row, "worker": index} for index, doc in (await self.documents()).items()
+                for row in doc.get("connections", ())]
+
+    async def metrics_texts(self) -> list[str]:
+        """Every running worker's Prometheus exposition."""
+        return [body.decode() for _, body in await self._ask(c.METRICS)]
 
     # -- lifetime
 
@@ -228,15 +262,17 @@ class WorkerPool:
         async with trio.open_nursery() as nursery:
             for w in self.workers:
                 nursery.start_soon(self._supervise, w)
-            nursery.start_soon(self._poll)
             task_status.started()
 
     async def stop(self) -> None:
-        """Drain the workers (SIGTERM: each drains like the primary) and wait for them."""
+        """Drain the workers (each drains like the primary) and wait for them."""
         self._stopping = True
-        for proc in self._procs.values():
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
+        for w in self.workers:
+            proc = self._procs.get(w.index)
+            if proc is None or proc.returncode is not None:
+                continue
+            if w.link is None or not await w.link.send(c.DRAIN_RECORD):
+                proc.send_signal(signal.SIGTERM)  # not (or no longer) reading its channel
         for proc in list(self._procs.values()):
             await proc.wait()
 
@@ -261,72 +297,36 @@ class WorkerPool:
 
     async def _run_one(self, w: WorkerState) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        ours.setblocking(False)
-        spec = pickle.dumps({"config": self.cfg, "upstream": self.upstream,
-                             "port": self.port, "control": theirs.fileno()})
         try:
+            # The worker's stdin is its end of the channel.
             proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "trio_typha.workers.pool"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(theirs.fileno(),))
+                [sys.executable, "-m", "trio_typha.workers.pool"], stdin=theirs.fileno())
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
-        assert proc.stdin is not None and proc.stdout is not None
-        w.control, w.passed, w.closed, w.connections = ours, 0, 0, []
+        link = WorkerLink(ours, w.index)
+        link.on_status = w.on_status
+        w.link, w.passed, w.closed, w.open = link, 0, 0, 0
+        w.detail = "starting"
         self._procs[w.index] = proc
         w.pid = proc.pid
         try:
-            await proc.stdin.send_all(struct.pack("!I", len(spec)) + spec)
-            line = b""
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                if not chunk:
-                    break
-                line += chunk
-            if line:
-                started = json.loads(line)
-                w.health_port, w.metrics_port = started["health"], started["metrics"]
-                w.running = True
-                w.detail = "not ready yet"
-                log.info("Worker %d started pid=%d", w.index, proc.pid)
-            await proc.wait()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, json.JSONDecodeError):
-            await proc.wait()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(link.run)
+                start = c.Start(self.cfg, self.upstream, self.port, w.index)
+                if await link.send(c.encode_start(start)):
+                    log.info("Worker %d started pid=%d", w.index, proc.pid)
+                await proc.wait()
+                nursery.cancel_scope.cancel()
         finally:
-            w.control = None
-            ours.close()
+            w.link = None
+            link.close()
             with trio.CancelScope(shield=True):
-                await proc.stdin.aclose()
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
-
-    async def _poll(self) -> None:
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
-            while True:
-                for w in self.workers:
-                    if w.running:
-                        await self._read(http, w)
-                await trio.sleep(POLL_INTERVAL)
-
-    async def _read(self, http: httpx.AsyncClient, w: WorkerState) -> None:
-        try:
-            if w.health_port:
-                r = await http.get(f"http://127.0.0.1:{w.health_port}/readiness")
-                w.ready = r.status_code == 200
-                w.detail = "" if w.ready else r.text.strip()[:200] or "not ready"
-                c = await http.get(f"http://127.0.0.1:{w.health_port}/connections")
-                doc = c.json()
-                w.connections = doc.get("connections", [])
-                w.closed = max(w.closed, int(doc.get("accepted", 0)) - len(w.connections))
-            if w.metrics_port:
-                m = await http.get(f"http://127.0.0.1:{w.metrics_port}/metrics")
-                w.metrics = m.text
-        except (httpx.HTTPError, ValueError) as exc:
-            w.ready = False
-            w.detail = f"unreachable: {exc}"
 
 
 async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
