@@ -41,7 +41,6 @@ EDGES = {
     "datastore/k8s_api.py": "the Kubernetes API client",
     "datastore/etcd_client.py": "the etcd gateway client",
     "cli.py": "`connections`: one GET per replica, each failure printed as it happens",
-    "workers/pool.py": "polls each worker's HTTP endpoints",
 }
 
 

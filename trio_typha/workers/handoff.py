@@ -4,9 +4,9 @@ Only the primary listens on the port.  :class:`BalancingListener` accepts there 
 each new connection to the least-loaded process — the primary itself or one of its running
 workers — passing the socket to a worker as a PASS record over that worker's control
 channel (:mod:`.channel`, a Unix socketpair made before the worker started), where the
-worker's :class:`~.channel.ReceivedSocketListener` receives them.  Measured with ``python -m bench balance``: this spreads clients evenly
-(max/mean 1.00 even after a worker restart), where ``SO_REUSEPORT`` left 1.33-1.45 and a
-restarted worker with a fraction of its share.
+worker's :class:`~.channel.ReceivedSocketListener` receives them.  Unlike ``SO_REUSEPORT``
+this keeps the spread even after a worker restart (``python -m bench balance``; the
+figures are in docs/performance.md).
 
 Both are :class:`trio.abc.Listener`, so the connection registry accepts from them as from
 any listen socket.  A worker's load is what it was passed less what it has closed, which
