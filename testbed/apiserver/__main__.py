@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="serve crd.projectcalico.org/v1, projectcalico.org/v3 or both")
     parser.add_argument("--cluster-network-policy", action="store_true",
                         help="serve policy.networking.k8s.io ClusterNetworkPolicies")
+    parser.add_argument("--kubevirt", action="store_true",
+                        help="serve kubevirt.io VirtualMachineInstanceMigrations")
     parser.add_argument("--kubeconfig", type=Path,
                         help="where to write the kubeconfig (default: a temp directory)")
     parser.add_argument("--history", type=int, default=10_000,
@@ -61,6 +63,7 @@ async def run(args: argparse.Namespace) -> None:
         context.load_cert_chain(args.tls_cert, args.tls_key)
     server = ApiServer(calico_groups=_GROUPS[args.calico_group],
                        cluster_network_policy=args.cluster_network_policy,
+                       kubevirt=args.kubevirt,
                        history_size=args.history, bookmark_interval=args.bookmark_interval,
                        progress_interval=args.progress_interval,
                        require_token=args.require_token,

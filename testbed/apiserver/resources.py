@@ -1,7 +1,8 @@
 """Which resources the test bed serves, and the discovery documents that describe them.
 
 The set follows what Typha's KDD syncers list and watch (trio_typha/model/syncers.py lists them per syncer type): the core
-kinds, EndpointSlices, Kubernetes NetworkPolicies, optionally ClusterNetworkPolicies, and the
+kinds, EndpointSlices, Kubernetes NetworkPolicies, optionally ClusterNetworkPolicies and KubeVirt's
+VirtualMachineInstanceMigrations (also once running, as when their CRD is installed later), and the
 Calico kinds in ``crd.projectcalico.org/v1`` and/or ``projectcalico.org/v3``.  Calico picks
 its API group by discovery, so a group that is not served must be absent from ``/apis``.
 """
@@ -93,22 +94,38 @@ class ApiSurface:
     """The served kinds, looked up by URL, plus discovery documents (pure)."""
 
     def __init__(self, *, calico_groups: Sequence[str] = (K.CALICO_CRD_GROUP,),
-                 cluster_network_policy: bool = False) -> None:
+                 cluster_network_policy: bool = False, kubevirt: bool = False) -> None:
         unknown = set(calico_groups) - set(CALICO_GROUPS)
         if unknown:
             raise ValueError(f"unknown Calico API group(s): {sorted(unknown)}")
-        kinds = [served(k) for k in (K.NAMESPACE, K.POD, K.SERVICE_ACCOUNT, K.NODE, K.SERVICE,
-                                     ENDPOINTS, K.ENDPOINT_SLICE, K.K8S_NETWORK_POLICY)]
-        if cluster_network_policy:
-            kinds.append(served(K.K8S_CLUSTER_NETWORK_POLICY, builtin=False))  # a CRD
-        for group in calico_groups:
-            kinds.extend(calico_kinds(group))
-        self.kinds: tuple[ServedKind, ...] = tuple(kinds)
-        self._by_path = {(k.group, k.version, k.plural): k for k in kinds}
-        self._by_key = {k.key: k for k in kinds}
+        self.kinds: tuple[ServedKind, ...] = ()
+        self._by_path: dict[tuple[str, str, str], ServedKind] = {}
+        self._by_key: dict[tuple[str, str], ServedKind] = {}
         self.versions: dict[str, str] = {}  # group -> its (single) version
-        for k in kinds:
-            self.versions.setdefault(k.group, k.version)
+        for kind in (K.NAMESPACE, K.POD, K.SERVICE_ACCOUNT, K.NODE, K.SERVICE, ENDPOINTS,
+                     K.ENDPOINT_SLICE, K.K8S_NETWORK_POLICY):
+            self._add(served(kind))
+        if cluster_network_policy:
+            self.install(K.K8S_CLUSTER_NETWORK_POLICY)
+        if kubevirt:
+            self.install(K.KUBEVIRT_MIGRATION)
+        for group in calico_groups:
+            for calico in calico_kinds(group):
+                self._add(calico)
+
+    def install(self, kind: K.ResourceKind) -> ServedKind:
+        """Serve ``kind`` as a custom resource from now on, as installing its CRD does (an
+        optional API: ClusterNetworkPolicies, KubeVirt's migrations)."""
+        if self._by_key.get((kind.group, kind.plural)) is not None:
+            raise ValueError(f"{kind} is already served")
+        return self._add(served(kind, builtin=False))
+
+    def _add(self, kind: ServedKind) -> ServedKind:
+        self.kinds += (kind,)
+        self._by_path[(kind.group, kind.version, kind.plural)] = kind
+        self._by_key[kind.key] = kind
+        self.versions.setdefault(kind.group, kind.version)
+        return kind
 
     def lookup(self, group: str, version: str, plural: str) -> ServedKind | None:
         return self._by_path.get((group, version, plural))

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 import yaml
 
-from trio_typha.model.kinds import CALICO_CRD_GROUP, NAMESPACE
+from trio_typha.model.kinds import CALICO_CRD_GROUP, NAMESPACE, ResourceKind
 
 from .api import DEFAULT_USER, Api
 from .connection import Connection, WatchHandle
@@ -42,6 +42,8 @@ class ApiServer:
         ``projectcalico.org``); each has its own objects.
       cluster_network_policy: serve ``policy.networking.k8s.io`` (otherwise it is absent
         from discovery, like a cluster without that CRD).
+      kubevirt: serve ``kubevirt.io`` VirtualMachineInstanceMigrations (likewise optional).
+        Either can be installed later with :meth:`install`.
       history_size: events kept for watch resumption and consistent pagination; older
         revisions answer 410.
       bookmark_interval: seconds between BOOKMARK events on watches that allow them
@@ -67,7 +69,8 @@ class ApiServer:
     """
 
     def __init__(self, *, calico_groups: Sequence[str] = (CALICO_CRD_GROUP,),
-                 cluster_network_policy: bool = False, history_size: int = 10_000,
+                 cluster_network_policy: bool = False, kubevirt: bool = False,
+                 history_size: int = 10_000,
                  bookmark_interval: float = 10.0, progress_interval: float | None = 600.0,
                  default_watch_timeout: float = 1800.0,
                  cache_pagination: bool = False,
@@ -76,7 +79,8 @@ class ApiServer:
                  default_namespaces: bool = True, ssl_context: ssl.SSLContext | None = None,
                  ca_pem: bytes | None = None) -> None:
         self.surface = ApiSurface(calico_groups=calico_groups,
-                                  cluster_network_policy=cluster_network_policy)
+                                  cluster_network_policy=cluster_network_policy,
+                                  kubevirt=kubevirt)
         self.store = Store(history_size=history_size)
         self.api = Api(self.store, self.surface, token=token if require_token else None,
                        user=user, enforce_namespaces=enforce_namespaces,
@@ -146,6 +150,12 @@ class ApiServer:
             await Connection(self, stream, peer).run()
         except Exception:  # one broken connection must never take the server down
             logger.exception("apiserver: connection from %s failed", peer)
+
+    def install(self, kind: ResourceKind) -> None:
+        """Start serving the optional API ``kind``, as installing its CRD does: from now on
+        it is in discovery and its list and watch answer instead of 404."""
+        self.surface.install(kind)
+        logger.info("apiserver: now serving %s", kind)
 
     # -- change notification (used by watch streams) ----------------------------------
 

@@ -65,13 +65,18 @@ def test_cluster_role_grants_exactly_what_the_kdd_watcher_reads() -> None:
     assert not extra, f"the ClusterRole grants what the watcher never uses: {extra}"
 
 
-async def test_a_daemon_with_only_the_roles_grants_gets_ready(tmp_path: Path) -> None:
+@pytest.mark.parametrize("optional_apis", [False, True], ids=["without", "with-cnp-kubevirt"])
+async def test_a_daemon_with_only_the_roles_grants_gets_ready(tmp_path: Path,
+                                                              optional_apis: bool) -> None:
     """The test bed API server refuses (403) every verb on every resource the role does
-    not grant; the daemon must still list and watch everything and become ready."""
+    not grant; the daemon must still list and watch everything and become ready, with and
+    without the optional APIs (ClusterNetworkPolicies, KubeVirt migrations) installed."""
     grants = await trio.to_thread.run_sync(role_grants)
     all_verbs = {"get", "list", "watch", "create", "update", "patch", "delete",
                  "deletecollection"}
-    async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP, K.CALICO_V3_GROUP)) as srv:
+    async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP, K.CALICO_V3_GROUP),
+                              cluster_network_policy=optional_apis,
+                              kubevirt=optional_apis) as srv:
         kubeconfig = srv.kubeconfig_path(tmp_path)
         for kind in srv.surface.kinds:
             allowed = {v for g, r, v in grants if (g, r) == (kind.group, kind.plural)}

@@ -103,8 +103,8 @@ async def test_every_syncer_converts_listed_and_watched_objects_identically() ->
     kinds = list(dict.fromkeys(k for d in definitions.values() for k in d.kinds))
     seed = [(kind_for(o["apiVersion"], o["kind"]), o) for o in load_seed_file(str(SEED))]
     seed = [(kind, obj) for kind, obj in seed if kind in kinds]
-    async with open_apiserver(calico_groups=(K.CALICO_V3_GROUP,),
-                              enforce_namespaces=False) as server, \
+    async with open_apiserver(calico_groups=(K.CALICO_V3_GROUP,), enforce_namespaces=False,
+                              cluster_network_policy=True, kubevirt=True) as server, \
             objects_seen(server, kinds) as watcher:  # all empty: the rest arrives by watch
         for kind, obj in seed:
             server.store.create(kind, obj)

@@ -92,10 +92,11 @@ class KindReflector:
         return events()
 
     def absent(self) -> list[DatastoreEvent]:
-        """The kind is not served (its CRD is not installed): it is synced, and empty."""
-        events: list[DatastoreEvent] = list(self.known.relist((), ""))
+        """The kind is not served (its CRD is not installed): it is synced.  What was
+        sent stays (Calico's watcher cache keeps it too); the list that finds the kind
+        served again sends the differences."""
         self.resume_rv = None
-        return events + self._mark_synced()
+        return self._mark_synced()
 
     def expire(self, *, gone: bool = True) -> None:
         """The next step is a full list: the resume point is gone (410, ``gone``), or the

@@ -8,9 +8,11 @@ pure :class:`~trio_typha.datastore.k8s_reflector.KindReflector`; this module own
 the retries and the ``Connection`` reports.
 
 As in Calico's watcher cache (``libcalico-go/lib/backend/watchersyncer/watchercache.go``):
-a kind whose list is ``404 Not Found`` (its CRD is not installed) counts as synced and empty
-and is listed again only occasionally; repeated watch failures without progress fall back to
-a full relist; watches restart no faster than ``min_watch_interval``.
+a kind whose list is ``404 Not Found`` (its CRD is not installed) counts as synced (and, if
+never listed, empty) and is listed again every ``missing_kind_recheck`` (30 minutes); a
+watch refused with 404 is followed by a list a ``WatchPollInterval`` later; repeated watch
+failures without progress fall back to a full relist; watches restart no faster than
+``min_watch_interval``.
 
 Each watch stream is cross-checked while silent (:mod:`.stall`): every third of
 ``stall_deadline`` without an event or bookmark, a short watch on a connection of its own asks
@@ -57,7 +59,9 @@ class WatchTuning:
     watch_timeout: float = 300.0  # each watch asks for timeoutSeconds in [t, 2t) (client-go)
     min_watch_interval: float = 0.5  # floor between two watch requests of one kind
     missing_kind_recheck: float = 1800.0  # relist a kind that was 404 this often
-    empty_rv_poll: float = 5.0  # relist interval when a list gives no resourceVersion
+    # Calico's WatchPollInterval: the wait before listing again when a list gives no
+    # resourceVersion or a watch is refused with 404
+    empty_rv_poll: float = 5.0
     max_errors_per_revision: int = 5  # failed watches without progress before a relist
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
@@ -158,11 +162,21 @@ class KindWatcher:
                 return pages, str(metadata.get("resourceVersion") or "")
 
     async def _not_served(self) -> None:
-        """404: the kind's API (typically a CRD) is not installed: synced, empty, recheck later."""
-        if not self._absent:
-            log.info("%s is not served by the API server (404); treating it as empty and "
-                     "checking again every %gs", self.kind, self.tuning.missing_kind_recheck)
-            self._absent = True
+        """404: the kind's API (typically a CRD) is not installed: synced, recheck later.
+
+        As in Calico's watcher cache, a kind never listed counts as synced and empty, and
+        one that was listed before keeps what it had (what went meanwhile is deleted by
+        the list that finds the API again); either way the next list is
+        ``missing_kind_recheck`` later.
+        """
+        if not self.reflector.synced:
+            log.info("%s is not served by the API server (404); counting it as in sync and "
+                     "empty, and listing it again every %gs", self.kind,
+                     self.tuning.missing_kind_recheck)
+        else:
+            log.debug("%s is not served by the API server (404); listing it again in %gs",
+                      self.kind, self.tuning.missing_kind_recheck)
+        self._absent = True
         events = self.reflector.absent()
         self.check.progressed(trio.current_time())
         self.check.dormant = True  # no watch until the kind is served: nothing to go stale
@@ -215,7 +229,15 @@ class KindWatcher:
                 return
             error = exc
         except ApiError as exc:
-            if exc.expired or exc.http_status == 404:  # 404: the CRD went away
+            if exc.http_status == 404:
+                # The API went away (its CRD was deleted): poll it by listing, from where
+                # the watch was, a WatchPollInterval from now (Calico does the same).
+                log.debug("Watch of %s is not served (404); listing it again in %gs",
+                          self.kind, self.tuning.empty_rv_poll)
+                self.reflector.expire(gone=False)
+                await trio.sleep(self.tuning.empty_rv_poll)
+                return
+            if exc.expired:
                 self._expired(start_rv, exc)
                 return
             if exc.http_status in (401, 403):

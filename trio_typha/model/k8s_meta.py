@@ -195,6 +195,23 @@ def _go_string(s: str) -> str:
     return "".join(out)
 
 
+def policy_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The ObjectMeta Calico gives a policy it converts from a Kubernetes one: name,
+    namespace, the converted UID (``ConversionError`` if it is not a UUID), resourceVersion
+    and creationTimestamp."""
+    metadata: dict[str, Any] = {}
+    if meta.get("name"):
+        metadata["name"] = meta["name"]
+    if meta.get("namespace"):
+        metadata["namespace"] = meta["namespace"]
+    if meta.get("uid"):
+        metadata["uid"] = convert_uid(str(meta["uid"]))
+    if meta.get("resourceVersion"):
+        metadata["resourceVersion"] = str(meta["resourceVersion"])
+    metadata["creationTimestamp"] = go_time(meta.get("creationTimestamp"))
+    return metadata
+
+
 def str_or_empty(value: Any) -> str:
     """A Go string field read from decoded JSON: absent/``null`` is ``""``."""
     return "" if value is None else str(value)

@@ -21,9 +21,8 @@ from .golang import parse_cidr
 from .k8s_meta import (
     CALICO_API_VERSION,
     LABEL_ORCHESTRATOR,
-    convert_uid,
-    go_time,
     mapping,
+    policy_metadata,
     str_or_empty,
 )
 from .shape import as_int, as_list
@@ -118,16 +117,7 @@ def k8s_network_policy_to_calico(np: Mapping[str, Any]) -> dict[str, Any]:
     policy_types = as_list(spec.get("policyTypes"), "spec.policyTypes")
     types = [t for t in ("Ingress", "Egress") if t in policy_types] or ["Ingress"]
 
-    metadata: dict[str, Any] = {}
-    if meta.get("name"):
-        metadata["name"] = meta["name"]
-    if meta.get("namespace"):
-        metadata["namespace"] = meta["namespace"]
-    if meta.get("uid"):
-        metadata["uid"] = convert_uid(str(meta["uid"]))
-    if meta.get("resourceVersion"):
-        metadata["resourceVersion"] = str(meta["resourceVersion"])
-    metadata["creationTimestamp"] = go_time(meta.get("creationTimestamp"))
+    metadata = policy_metadata(meta)
 
     calico_spec: dict[str, Any] = {"tier": DEFAULT_TIER, "order": K8S_POLICY_ORDER}
     if ingress:
@@ -165,17 +155,17 @@ def _k8s_rule_to_calico(peers: Any, ports: Any, *, ingress: bool) -> list[dict[s
 
     rules = []
     for protocol in sorted(protocol_ports):
-        rule_ports = _simplify_ports(protocol_ports[protocol])
+        rule_ports = simplify_ports(protocol_ports[protocol])
         for peer in peer_list:
             selector, ns_selector, nets, not_nets = _k8s_peer_to_calico(peer)
-            entity = _entity_rule(nets=nets, selector=selector, namespace_selector=ns_selector,
+            entity = entity_rule(nets=nets, selector=selector, namespace_selector=ns_selector,
                                   ports=rule_ports if not ingress else None, not_nets=not_nets)
             rule: dict[str, Any] = {"action": "Allow"}
             if protocol:
                 rule["protocol"] = _protocol_json(protocol)
             if ingress:
                 rule["source"] = entity
-                rule["destination"] = _entity_rule(ports=rule_ports)
+                rule["destination"] = entity_rule(ports=rule_ports)
             else:
                 rule["source"] = {}
                 rule["destination"] = entity
@@ -183,7 +173,7 @@ def _k8s_rule_to_calico(peers: Any, ports: Any, *, ingress: bool) -> list[dict[s
     return rules
 
 
-def _entity_rule(*, nets: list[str] | None = None, selector: str = "",
+def entity_rule(*, nets: list[str] | None = None, selector: str = "",
                  namespace_selector: str = "", ports: list[tuple[int, int] | str] | None = None,
                  not_nets: list[str] | None = None) -> dict[str, Any]:
     """A v3 EntityRule with its omitempty fields dropped, in Go field order."""
@@ -195,7 +185,7 @@ def _entity_rule(*, nets: list[str] | None = None, selector: str = "",
     if namespace_selector:
         out["namespaceSelector"] = namespace_selector
     if ports:
-        out["ports"] = [_port_json(p) for p in ports]
+        out["ports"] = [port_json(p) for p in ports]
     if not_nets:
         out["notNets"] = not_nets
     return out
@@ -248,7 +238,7 @@ def _port_from_string(text: str) -> tuple[int, int] | str:
     return text
 
 
-def _port_json(port: tuple[int, int] | str) -> int | str:
+def port_json(port: tuple[int, int] | str) -> int | str:
     """A port as it marshals: name, single number, or ``"min:max"``."""
     if isinstance(port, str):
         return port
@@ -256,7 +246,7 @@ def _port_json(port: tuple[int, int] | str) -> int | str:
     return lo if lo == hi else f"{lo}:{hi}"
 
 
-def _simplify_ports(ports: list[tuple[int, int] | str] | None
+def simplify_ports(ports: list[tuple[int, int] | str] | None
                     ) -> list[tuple[int, int] | str] | None:
     """Calico's ``SimplifyPorts``: named ports first (input order), then the numeric
     ports merged into minimal sorted ranges -- unless there are fewer than two numeric

@@ -39,6 +39,9 @@ ENDPOINT_SLICE = _k("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices",
 K8S_NETWORK_POLICY = _k("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True)
 K8S_CLUSTER_NETWORK_POLICY = _k("policy.networking.k8s.io", "v1alpha2", "ClusterNetworkPolicy",
                                 "clusternetworkpolicies", False)
+# KubeVirt's live migrations, which KDD serves as Calico LiveMigrations.
+KUBEVIRT_MIGRATION = _k("kubevirt.io", "v1", "VirtualMachineInstanceMigration",
+                        "virtualmachineinstancemigrations", True)
 
 # Calico's own resources: (kind, plural, namespaced).  Served as projectcalico.org/v3 (the
 # API server / etcd layout) or crd.projectcalico.org/v1 (KDD CRDs).
@@ -85,7 +88,7 @@ def calico_kind(kind: str, group: str = CALICO_V3_GROUP) -> ResourceKind:
 
 K8S_KINDS: tuple[ResourceKind, ...] = (
     POD, NAMESPACE, SERVICE_ACCOUNT, NODE, SERVICE, ENDPOINT_SLICE, K8S_NETWORK_POLICY,
-    K8S_CLUSTER_NETWORK_POLICY,
+    K8S_CLUSTER_NETWORK_POLICY, KUBEVIRT_MIGRATION,
 )
 
 

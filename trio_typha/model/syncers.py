@@ -29,8 +29,13 @@ from .endpoints import host_endpoint_kvs, workload_endpoint_kvs
 from .felix_config import config_kvs
 from .goschema import ROOTS
 from .ipam import block_affinity_kvs, etcd_v1_kvs, ip_pool_kvs, ipam_block_kvs, is_etcd_v1_object
+from .k8s_cluster_policy import (
+    KUBERNETES_CLUSTER_NETWORK_POLICY_KIND,
+    cluster_network_policy_to_calico,
+)
 from .keys import RESOURCE_KEY_PREFIX
 from .kinds import ResourceKind
+from .kubevirt import vmim_to_live_migration
 from .netsets import global_network_set_kvs, network_set_kvs
 from .nodes import felix_node_kvs
 from .passthrough import resource_kv
@@ -108,8 +113,7 @@ DEFAULT_ALLOW_PROFILE_NAME = "projectcalico-default-allow"
 
 # Calico kinds each syncer watches, in the order the Go syncers list them.  KDD derives
 # Profiles, WorkloadEndpoints and Nodes from Kubernetes objects instead of Calico ones, and
-# LiveMigrations from KubeVirt migrations (not watched here: those CRDs are optional and the
-# conversion is not specified).
+# LiveMigrations from KubeVirt's VirtualMachineInstanceMigrations.
 _FELIX_CALICO = ("ClusterInformation", "FelixConfiguration", "GlobalNetworkPolicy",
                  "StagedGlobalNetworkPolicy", "GlobalNetworkSet", "IPPool", "Node", "Profile",
                  "WorkloadEndpoint", "NetworkPolicy", "StagedNetworkPolicy",
@@ -140,8 +144,9 @@ def _kinds(syncer_type: str, mode: DatastoreMode, calico_group: str,
     if syncer_type == "felix":
         out = calico(_FELIX_CALICO)
         if kdd:
-            out += [K.POD, K.NAMESPACE, K.SERVICE_ACCOUNT, K.NODE, K.K8S_NETWORK_POLICY,
-                    K.ENDPOINT_SLICE, K.SERVICE]
+            out += [K.POD, K.NAMESPACE, K.SERVICE_ACCOUNT, K.NODE, K.KUBEVIRT_MIGRATION,
+                    K.K8S_NETWORK_POLICY, K.K8S_CLUSTER_NETWORK_POLICY, K.ENDPOINT_SLICE,
+                    K.SERVICE]
         if not use_pod_cidr:
             out.append(K.calico_kind("IPAMBlock", group))
     elif syncer_type == "bgp":
@@ -234,6 +239,16 @@ class _Converter:
             policy = k8s.k8s_network_policy_to_calico(obj)
             name = field_str(field_map(obj, "metadata"), "name")
             return _no_rv(policy_kvs("KubernetesNetworkPolicy", name, policy))
+        if kind == K.K8S_CLUSTER_NETWORK_POLICY:
+            cluster_policy = cluster_network_policy_to_calico(obj)
+            if cluster_policy is None:  # a tombstone: whatever it yielded before goes
+                return []
+            name = field_str(field_map(obj, "metadata"), "name")
+            return _no_rv(policy_kvs(KUBERNETES_CLUSTER_NETWORK_POLICY_KIND, name,
+                                     cluster_policy))
+        if kind == K.KUBEVIRT_MIGRATION:
+            migration = vmim_to_live_migration(obj)
+            return [] if migration is None else [resource_kv("LiveMigration", migration)]
         if kind in (K.SERVICE, K.ENDPOINT_SLICE):
             check_shape(ROOTS[kind.kind], obj)
         if kind == K.SERVICE:

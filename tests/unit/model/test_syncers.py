@@ -1,5 +1,4 @@
-"""Syncer definitions: watched kinds per syncer type and datastore mode, the static
-default-allow profile, and every object of ``testbed/seeds/all-kinds.yaml`` converted by all
+"""Syncer definitions: the static default-allow profile, and every object of ``testbed/seeds/all-kinds.yaml`` converted by all
 four syncer types."""
 
 from __future__ import annotations
@@ -25,35 +24,8 @@ def _names(kinds: tuple[K.ResourceKind, ...]) -> set[str]:
     return {f"{k.group or 'core'}/{k.kind}" for k in kinds}
 
 
-def test_felix_kinds() -> None:
-    kdd = syncer_definition("felix", DatastoreMode.KDD, calico_group=CRD)
-    assert _names(kdd.kinds) == {
-        "core/Pod", "core/Namespace", "core/ServiceAccount", "core/Node",
-        "networking.k8s.io/NetworkPolicy", "core/Service", "discovery.k8s.io/EndpointSlice",
-        *(f"{CRD}/{k}" for k in (
-            "ClusterInformation", "FelixConfiguration", "GlobalNetworkPolicy",
-            "StagedGlobalNetworkPolicy", "GlobalNetworkSet", "IPPool", "NetworkPolicy",
-            "StagedNetworkPolicy", "StagedKubernetesNetworkPolicy", "NetworkSet", "Tier",
-            "HostEndpoint", "BGPConfiguration", "BGPPeer", "IPAMBlock"))}
-    etcd = syncer_definition("felix", DatastoreMode.ETCD, calico_group=CRD, use_pod_cidr=True)
-    assert _names(etcd.kinds) == {f"{V3}/{k}" for k in (
-        "ClusterInformation", "FelixConfiguration", "GlobalNetworkPolicy",
-        "StagedGlobalNetworkPolicy", "GlobalNetworkSet", "IPPool", "Node", "Profile",
-        "WorkloadEndpoint", "NetworkPolicy", "StagedNetworkPolicy",
-        "StagedKubernetesNetworkPolicy", "NetworkSet", "Tier", "HostEndpoint",
-        "BGPConfiguration", "BGPPeer", "LiveMigration")}
-
-
-def test_other_syncer_kinds() -> None:
-    assert _names(syncer_definition("bgp", DatastoreMode.KDD).kinds) == {
-        "core/Node", *(f"{V3}/{k}" for k in ("IPPool", "BGPConfiguration", "BGPPeer",
-                                             "BGPFilter", "BlockAffinity"))}
-    assert _names(syncer_definition("bgp", DatastoreMode.ETCD, use_pod_cidr=True).kinds) == {
-        f"{V3}/{k}" for k in ("IPPool", "BGPConfiguration", "Node", "BGPPeer", "BGPFilter")}
-    assert _names(syncer_definition("tunnel-ip-allocation", DatastoreMode.KDD).kinds) == {
-        "core/Node", f"{V3}/IPPool"}
-    assert _names(syncer_definition("node-status", DatastoreMode.ETCD).kinds) == {
-        f"{V3}/CalicoNodeStatus"}
+def test_unknown_syncer_type() -> None:
+    # Which kinds each syncer type watches is held against Calico in test_syncer_kinds_table.
     with pytest.raises(KeyError):
         syncer_definition("bogus")
 
