@@ -25,18 +25,13 @@ KubernetesClusterNetworkPolicy}``.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from .golang import parse_cidr
-from .k8s_meta import (
-    CALICO_API_VERSION,
-    ConversionError,
-    mapping,
-    policy_metadata,
-    str_or_empty,
-)
+from .k8s_meta import CALICO_API_VERSION, policy_metadata
 from .k8s_policy import (
     SELECTOR_NAMESPACE,
     SELECTOR_POD,
@@ -44,6 +39,19 @@ from .k8s_policy import (
     k8s_selector_to_calico,
     simplify_ports,
 )
+from .shape import (
+    MalformedResource,
+    as_int,
+    as_map,
+    as_str,
+    field_map,
+    field_str,
+    maps,
+    root,
+    strs,
+)
+
+log = logging.getLogger(__name__)
 
 KUBERNETES_CLUSTER_NETWORK_POLICY_KIND = "KubernetesClusterNetworkPolicy"
 GLOBAL_NETWORK_POLICY_KIND = "GlobalNetworkPolicy"
@@ -66,28 +74,34 @@ def cluster_network_policy_to_calico(cnp: Mapping[str, Any]) -> dict[str, Any] |
     """The v3 GlobalNetworkPolicy Calico derives from a ClusterNetworkPolicy, or None for a
     tombstone (unknown tier, or neither ``subject.namespaces`` nor ``subject.pods``).
 
-    Raises ``ConversionError`` if the UID is set but is not a UUID.
+    Raises ``ConversionError`` if the UID is set but is not a UUID, and
+    ``MalformedResource`` for a field of the wrong JSON type (Go's decoder refuses the
+    object).
     """
-    meta = mapping(cnp.get("metadata"))
-    spec = mapping(cnp.get("spec"))
-    tier = TIERS.get(str_or_empty(spec.get("tier")))
+    meta = field_map(root(cnp), "metadata")
+    spec = field_map(cnp, "spec")
+    name = field_str(meta, "name")
+    tier = TIERS.get(as_str(spec.get("tier"), "spec.tier"))
     if tier is None:
+        log.warning("Skipping malformed ClusterNetworkPolicy %s: invalid tier %r", name,
+                    spec.get("tier"))
         return None
-    subject = mapping(spec.get("subject"))
+    subject = as_map(spec.get("subject"), "spec.subject")
     if subject.get("namespaces") is not None:
-        ns_selector = k8s_selector_to_calico(mapping(subject["namespaces"]), SELECTOR_NAMESPACE)
+        ns_selector = _selector(subject["namespaces"], SELECTOR_NAMESPACE, "spec.subject")
         pod_selector = k8s_selector_to_calico(None, SELECTOR_POD)
     elif subject.get("pods") is not None:
-        ns_selector, pod_selector = _namespaced_pod(subject["pods"])
+        ns_selector, pod_selector = _namespaced_pod(subject["pods"], "spec.subject.pods")
     else:
+        log.warning("Skipping malformed ClusterNetworkPolicy %s: no subject selector", name)
         return None
 
-    ingress = _rules(spec.get("ingress"), ingress=True)
-    egress = _rules(spec.get("egress"), ingress=False)
-
+    ingress = _rules(name, maps(spec.get("ingress"), "spec.ingress"), ingress=True)
+    egress = _rules(name, maps(spec.get("egress"), "spec.egress"), ingress=False)
+    order = float(_int32(spec.get("priority"), "spec.priority"))
     metadata = policy_metadata(meta)
 
-    calico_spec: dict[str, Any] = {"tier": tier, "order": float(_int32(spec.get("priority")))}
+    calico_spec: dict[str, Any] = {"tier": tier, "order": order}
     if ingress:
         calico_spec["ingress"] = ingress
     if egress:
@@ -105,34 +119,42 @@ def cluster_network_policy_to_calico(cnp: Mapping[str, Any]) -> dict[str, Any] |
     }
 
 
-def _namespaced_pod(pods: Any) -> tuple[str, str]:
+def _selector(value: Any, selector_type: str, where: str) -> str:
+    return k8s_selector_to_calico(as_map(value, where), selector_type)
+
+
+def _namespaced_pod(pods: Any, where: str) -> tuple[str, str]:
     """(namespace selector, pod selector) of a ``NamespacedPod``; both of its selectors are
     values, not pointers, so an absent one selects everything."""
-    pods = mapping(pods)
-    return (k8s_selector_to_calico(mapping(pods.get("namespaceSelector")), SELECTOR_NAMESPACE),
-            k8s_selector_to_calico(mapping(pods.get("podSelector")), SELECTOR_POD))
+    pods = as_map(pods, where)
+    return (_selector(pods.get("namespaceSelector"), SELECTOR_NAMESPACE, where),
+            _selector(pods.get("podSelector"), SELECTOR_POD, where))
 
 
-def _rules(rules: Any, *, ingress: bool) -> list[dict[str, Any]]:
+def _rules(policy: str, rules: list[Mapping[str, Any]], *, ingress: bool
+           ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for rule in rules or []:
-        rule = mapping(rule)
+    for rule in rules:
         try:
             out += _rule(rule, ingress=ingress)
-        except _RuleError:
-            if rule.get("action") in ("Deny", "Pass"):
+        except _RuleError as exc:
+            log.warning("ClusterNetworkPolicy %s: dropping a rule that does not convert (%s)",
+                        policy, exc)
+            if rule.get("action") in ("Deny", "Pass"):  # fail closed
                 out.append({"action": "Deny", "source": {}, "destination": {}})
     return out
 
 
 def _rule(rule: Mapping[str, Any], *, ingress: bool) -> list[dict[str, Any]]:
     """``k8sClusterNetPol{Ingress,Egress}RuleToCalico``: one Calico rule per (protocol, peer)."""
-    action = _ACTIONS.get(str_or_empty(rule.get("action")))
+    peer_field = "from" if ingress else "to"
+    peers = maps(rule.get(peer_field), peer_field)
+    name = field_str(rule, "name")
+    raw_action = field_str(rule, "action")
+    action = _ACTIONS.get(raw_action)
     if action is None:
-        raise _RuleError(f"unsupported cluster network policy action {rule.get('action')}")
-    protocol_ports = _protocol_ports(rule.get("protocols"))
-    name = str_or_empty(rule.get("name"))
-    peers = [mapping(p) for p in rule.get("from" if ingress else "to") or []]
+        raise _RuleError(f"unsupported cluster network policy action {raw_action}")
+    protocol_ports = _protocol_ports(maps(rule.get("protocols"), "protocols"))
     out = []
     for protocol in sorted(protocol_ports):
         ports = simplify_ports(protocol_ports[protocol])
@@ -161,17 +183,17 @@ def _peer(peer: Mapping[str, Any], *, egress: bool) -> tuple[str, str, list[str]
     """(pod selector, namespace selector, nets) of one peer: ``namespaces``, ``pods`` (which
     wins when both are set) and, for egress, ``networks``; other fields are not supported."""
     selector = ns_selector = ""
-    nets: list[str] = []
     found = False
     if peer.get("namespaces") is not None:
-        ns_selector = k8s_selector_to_calico(mapping(peer["namespaces"]), SELECTOR_NAMESPACE)
+        ns_selector = _selector(peer["namespaces"], SELECTOR_NAMESPACE, "namespaces")
         found = True
     if peer.get("pods") is not None:
-        ns_selector, selector = _namespaced_pod(peer["pods"])
+        ns_selector, selector = _namespaced_pod(peer["pods"], "pods")
         found = True
-    networks = (peer.get("networks") or []) if egress else []
+    networks = strs(peer.get("networks"), "networks") if egress else []
+    nets = []
     for network in networks:
-        net = parse_cidr(str_or_empty(network))
+        net = parse_cidr(network)
         if net is None:
             raise _RuleError(f"invalid CIDR in ANP rule: {network}")
         nets.append(str(net))
@@ -181,14 +203,14 @@ def _peer(peer: Mapping[str, Any], *, egress: bool) -> tuple[str, str, list[str]
     return selector, ns_selector, nets
 
 
-def _protocol_ports(protocols: Any) -> dict[str, list[_Port] | None]:
+def _protocol_ports(protocols: list[Mapping[str, Any]]) -> dict[str, list[_Port] | None]:
     """``unpackCNPProtocols``: protocol name ("" for none) -> its ports (None: all ports).
 
     No protocols, or an entry that names neither a protocol nor a port, allow everything.
     """
     out: dict[str, list[_Port] | None] = {}
     for entry in protocols or [{}]:
-        protocol, port = _protocol_and_port(mapping(entry))
+        protocol, port = _protocol_and_port(entry)
         if protocol == "" and port is None:
             return {"": None}
         if port is None:
@@ -203,8 +225,9 @@ def _protocol_and_port(entry: Mapping[str, Any]) -> tuple[str, _Port | None]:
     """``k8sCNPPortToCalicoFields``: the first of tcp/udp/sctp/destinationNamedPort set."""
     for field, protocol in (("tcp", "TCP"), ("udp", "UDP"), ("sctp", "SCTP")):
         if entry.get(field) is not None:
-            return protocol, _port(mapping(entry[field]).get("destinationPort"))
-    named = str_or_empty(entry.get("destinationNamedPort"))
+            port = as_map(entry[field], field).get("destinationPort")
+            return protocol, _port(as_map(port, f"{field}.destinationPort"), field)
+    named = field_str(entry, "destinationNamedPort")
     if named:
         if not _NAMED_PORT.fullmatch(named):
             raise _RuleError(f"invalid name for named port ({named})")
@@ -212,32 +235,26 @@ def _protocol_and_port(entry: Mapping[str, Any]) -> tuple[str, _Port | None]:
     return "", None
 
 
-def _port(port: Any) -> tuple[int, int] | None:
-    """``k8sCNPPortToCalico``: ``number`` (when non-zero) or ``range``; numbers are cast to
-    uint16 as Go does."""
-    if port is None:
+def _port(port: Mapping[str, Any], where: str) -> tuple[int, int] | None:
+    """``k8sCNPPortToCalico``: ``number`` (when non-zero) or ``range`` (None: neither, or no
+    port at all); numbers are cast to uint16 as Go does."""
+    number = _int32(port.get("number"), f"{where}.number")
+    if number:
+        return number & 0xFFFF, number & 0xFFFF
+    if port.get("range") is None:
         return None
-    port = mapping(port)
-    number = _int32(port.get("number")) & 0xFFFF
-    if _int32(port.get("number")) != 0:
-        return number, number
-    span = port.get("range")
-    if span is None:
-        return None
-    span = mapping(span)
-    start, end = _int32(span.get("start")) & 0xFFFF, _int32(span.get("end")) & 0xFFFF
+    span = as_map(port["range"], f"{where}.range")
+    start = _int32(span.get("start"), f"{where}.range.start") & 0xFFFF
+    end = _int32(span.get("end"), f"{where}.range.end") & 0xFFFF
     if start > end:
         raise _RuleError(f"minimum port number ({start}) is greater than maximum port number "
                          f"({end}) in port range")
     return start, end
 
 
-def _int32(value: Any) -> int:
+def _int32(value: Any, where: str) -> int:
     """An ``int32`` field as Go decodes it (absent: 0)."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ConversionError(f"not an int32: {value!r}")
-    if not -(2**31) <= int(value) < 2**31:
-        raise ConversionError(f"int32 out of range: {value!r}")
-    return int(value)
+    number = as_int(value, where)
+    if not -(2**31) <= number < 2**31:
+        raise MalformedResource(f"{where}: {number} does not fit an int32")
+    return number

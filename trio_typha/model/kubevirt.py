@@ -16,14 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .k8s_meta import (
-    CALICO_API_VERSION,
-    ORCHESTRATOR_K8S,
-    go_time,
-    mapping,
-    sorted_map,
-    str_or_empty,
-)
+from .k8s_meta import CALICO_API_VERSION, ORCHESTRATOR_K8S, go_time, sorted_map
+from .shape import as_map, as_str, field_map, field_str, root
 
 LIVE_MIGRATION_KIND = "LiveMigration"
 
@@ -38,31 +32,42 @@ LABEL_MIGRATION_JOB_UID = "kubevirt.io/migrationJobUID"
 
 
 def vmim_to_live_migration(vmim: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The v3 LiveMigration a VMIM stands for, or None when it stands for none."""
-    meta = mapping(vmim.get("metadata"))
-    spec = mapping(vmim.get("spec"))
-    status = mapping(vmim.get("status"))
-    vmi = str_or_empty(spec.get("vmiName"))
-    uid = str_or_empty(meta.get("uid"))
-    if str_or_empty(status.get("phase")) not in EMITTING_PHASES or not vmi or not uid:
-        return None
-    namespace = str_or_empty(meta.get("namespace"))
+    """The v3 LiveMigration a VMIM stands for, or None when it stands for none.
 
-    metadata: dict[str, Any] = {"name": str_or_empty(meta.get("name"))}
+    Raises ``MalformedResource`` for a field of the wrong JSON type (Go's decoder refuses
+    the object).
+    """
+    meta = field_map(root(vmim), "metadata")
+    spec = field_map(vmim, "spec")
+    status = field_map(vmim, "status")
+    vmi = field_str(spec, "vmiName")
+    uid = field_str(meta, "uid")
+    namespace = field_str(meta, "namespace")
+    name = field_str(meta, "name")
+    rv = field_str(meta, "resourceVersion")
+    created = go_time(meta.get("creationTimestamp"))
+    labels = _string_map(meta, "labels")
+    annotations = _string_map(meta, "annotations")
+    source_pod = field_str(as_map(status.get("migrationState"), "status.migrationState"),
+                           "sourcePod")
+    if field_str(status, "phase") not in EMITTING_PHASES or not vmi or not uid:
+        return None
+
+    metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
     metadata["uid"] = uid
-    if meta.get("resourceVersion"):
-        metadata["resourceVersion"] = str(meta["resourceVersion"])
-    metadata["creationTimestamp"] = go_time(meta.get("creationTimestamp"))
-    for field in ("labels", "annotations"):
-        if meta.get(field):
-            metadata[field] = sorted_map(mapping(meta[field]))
+    if rv:
+        metadata["resourceVersion"] = rv
+    metadata["creationTimestamp"] = created
+    if labels:
+        metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
 
     selector = (f"({LABEL_VMI_ID} == '{vmi}' || {LABEL_VM_NAME} == '{vmi}') && "
                 f"{LABEL_MIGRATION_JOB_UID} == '{uid}'")
     live_spec: dict[str, Any] = {}
-    source_pod = str_or_empty(mapping(status.get("migrationState")).get("sourcePod"))
     if source_pod:
         live_spec["source"] = {"workload": {"orchestratorID": ORCHESTRATOR_K8S,
                                             "workloadID": f"{namespace}/{source_pod}"}}
@@ -73,3 +78,9 @@ def vmim_to_live_migration(vmim: Mapping[str, Any]) -> dict[str, Any] | None:
         "metadata": metadata,
         "spec": live_spec,
     }
+
+
+def _string_map(meta: Mapping[str, Any], field: str) -> dict[str, str]:
+    """A ``map[string]string`` field, in the order Go marshals it."""
+    m = field_map(meta, field)
+    return sorted_map({k: as_str(v, f"metadata.{field}[{k!r}]") for k, v in m.items()})
