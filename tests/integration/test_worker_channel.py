@@ -148,3 +148,14 @@ async def test_passed_sockets_arrive_in_order_with_their_records() -> None:
         peer.close()
     worker.close()
     primary.close()
+
+
+async def test_garbage_from_a_worker_closes_its_channel(autojump_clock) -> None:
+    """The worker then hears its primary gone and drains; the pool starts a new one."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    primary = WorkerLink(ours, 1)
+    theirs.sendall(c.encode_query(1, c.METRICS))  # only the primary sends queries
+    with trio.fail_after(10):
+        await primary.run()
+    assert theirs.recv(16) == b""  # EOF
+    theirs.close()

@@ -156,8 +156,11 @@ class WorkerLink:
         except ChannelClosed:
             pass
         except c.ControlError as exc:
-            log.error("Worker %d: malformed control record (%s); no longer reading it",
+            # A bug on one side: closing the channel makes the worker drain and exit, and
+            # the pool starts a fresh one.
+            log.error("Worker %d: malformed control record (%s); closing its channel",
                       self.index, exc)
+            self.close()
         finally:
             for send in self._pending.values():
                 send.close()
