@@ -1,7 +1,8 @@
 """The demo's cluster in the test bed API server: a synthetic cluster plus the Typha Service.
 
 ``cluster_objects`` yields the synthetic cluster (``trio_typha.datastore.synthetic``) as the
-API server stores it, Calico objects moved into the served Calico API group.
+API server stores it, Calico objects moved into the served Calico API group
+(:func:`in_calico_group`, which any projectcalico.org/v3 document goes through, seeds too).
 ``typha_service`` / ``typha_endpoint_slice`` build the ``calico-typha`` Service and its
 EndpointSlice the way the manifests and the EndpointSlice controller would (one TCP port named
 ``calico-typha``, label ``kubernetes.io/service-name``, one endpoint per replica with its node
@@ -10,7 +11,7 @@ and readiness), so agents discover the replicas exactly as calico-node would.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +28,33 @@ def cluster_objects(size: str, group: str = K.CALICO_CRD_GROUP
     from trio_typha.datastore.synthetic import generate
 
     for obj in generate(size):
-        if obj["apiVersion"] == f"{K.CALICO_V3_GROUP}/v3":
-            kind = K.calico_kind(obj["kind"], group)
-            obj = {**obj, "apiVersion": kind.api_version}
-        else:
-            kind = K.kind_for(obj["apiVersion"], obj["kind"])
-        yield kind, obj
+        yield in_calico_group(obj, group)
+
+
+def in_calico_group(obj: Mapping[str, Any], group: str
+                    ) -> tuple[K.ResourceKind, dict[str, Any]]:
+    """(kind, object) of a document as the API server serving Calico in ``group`` stores it.
+
+    A ``projectcalico.org/v3`` object moved into ``crd.projectcalico.org`` takes the CRD's
+    form, as Calico's backend writes it there.  The CRD types are the v3 ones except for
+    BlockAffinity and IPAMBlock (``libcalico-go/lib/apis/crd.projectcalico.org/v1``): an
+    affinity's ``deleted`` is the string ``fmt.Sprintf("%t", deleted)``
+    (``libcalico-go/lib/backend/k8s/resources/ipam_affinity_v3.go``), and a block's
+    ``strictAffinity``, which the Go struct always marshals, is there (``false`` when the
+    document leaves it out).  Other documents are returned as they are.
+    """
+    if obj.get("apiVersion") != f"{K.CALICO_V3_GROUP}/v3":
+        return K.kind_for(obj["apiVersion"], obj["kind"]), dict(obj)
+    kind = K.calico_kind(obj["kind"], group)
+    out = {**obj, "apiVersion": kind.api_version}
+    if group == K.CALICO_CRD_GROUP and isinstance(obj.get("spec"), Mapping):
+        spec = dict(obj["spec"])
+        if kind.kind == "BlockAffinity" and isinstance(spec.get("deleted", False), bool):
+            spec["deleted"] = "true" if spec.get("deleted") else "false"
+        elif kind.kind == "IPAMBlock":
+            spec.setdefault("strictAffinity", False)
+        out["spec"] = spec
+    return kind, out
 
 
 def load_cluster(store: Any, size: str, group: str = K.CALICO_CRD_GROUP) -> int:

@@ -6,6 +6,10 @@ store revision, which becomes the object's ``metadata.resourceVersion``, and app
 revision and lists read *at* a revision (consistent pagination); anything older than the
 history is gone, exactly like an etcd compaction, and answers 410.
 
+Calico CRD objects (``crd.projectcalico.org``) are checked against the field types of
+Calico's CRD schemas on every write, direct or through the API (:mod:`.crd_schema`): the
+store holds only what kube-apiserver would accept for that group.
+
 Stored objects are never mutated in place: a write builds a new top-level dict and a new
 ``metadata`` dict, sharing the rest with the caller's object.  Callers hand ownership of what
 they pass in and must treat returned objects as read-only.  Each version's JSON is encoded
@@ -26,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from . import crd_schema
 from .status import (
     ApiError,
     KindLike,
@@ -339,6 +344,7 @@ class Store:
         meta["generation"] = 1
         meta["creationTimestamp"] = self._timestamp()
         stored = Stored(self._assemble(kind, obj, meta), rev)
+        crd_schema.check(kind, stored.obj)
         self._commit(kk, key, ADDED, stored, None)
         return stored.obj
 
@@ -370,6 +376,7 @@ class Store:
         candidate = self._assemble(kind, obj, meta)
         if candidate == old.obj:
             return old.obj
+        crd_schema.check(kind, candidate)
         rev = self._rev + 1
         if _content(candidate) != _content(old.obj):
             meta["generation"] = int(old_meta.get("generation") or 0) + 1

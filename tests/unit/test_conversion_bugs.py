@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.cluster import in_calico_group
 from trio_typha.datastore.events import ResourceEvent
 from trio_typha.model import ipam, k8s, syncers
 from trio_typha.model import kinds as K
@@ -79,9 +80,7 @@ def _events(definition: SyncerDefinition, group: str, rev: int) -> list[Resource
     out = []
     for doc in DOCS + (ETCD_V1 if group == "etcd" else []):
         if doc["apiVersion"].startswith(V3 + "/"):
-            kind = K.calico_kind(doc["kind"], V3 if group == "etcd" else group)
-            if group == CRD:
-                doc = {**doc, "apiVersion": "crd.projectcalico.org/v1"}
+            kind, doc = in_calico_group(doc, V3 if group == "etcd" else group)
         else:
             kind = K.kind_for(doc["apiVersion"], doc["kind"])
         if kind in definition.kinds:

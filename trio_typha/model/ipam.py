@@ -24,7 +24,7 @@ from .gojson import BOOL, INT, STRING, GoJSONError, GoType, Map, Ptr, Slice, Str
 from .golang import IPNet, NilIPNet, parse_cidr, parse_ip, parse_rfc3339
 from .goschema import ROOTS
 from .gotypes import IPNET, TIME
-from .shape import field_map, field_str, maps
+from .shape import MalformedResource, field_map, field_str, maps
 
 log = logging.getLogger(__name__)
 
@@ -87,31 +87,47 @@ _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
-def block_affinity_kvs(affinity: Mapping[str, Any]) -> list[tuple[str, bytes]]:
-    """A BlockAffinity → ``BlockAffinityKey`` ``{"state":..,"deleted":..}``.  The CRD form
-    carries ``deleted`` as a string (``strconv.ParseBool``), the v3 form as a bool."""
+def block_affinity_kvs(affinity: Mapping[str, Any], *, crd: bool = False
+                       ) -> list[tuple[str, bytes]]:
+    """A BlockAffinity → ``BlockAffinityKey`` ``{"state":..,"deleted":..}``.
+
+    The two forms type ``deleted`` differently: the ``crd.projectcalico.org/v1`` CRD
+    (``crd``; ``libcalico-go/lib/apis/internalapi/blockaffinity.go``) as a string, which
+    the BGP syncer's client reads with ``strconv.ParseBool`` ("" is false;
+    ``k8s/resources/ipam_affinity_v1.go``), and ``projectcalico.org/v3``
+    (``api/pkg/apis/projectcalico/v3/blockaffinity.go``) as a bool.  A value of the other
+    type, or a string ParseBool refuses, raises :class:`MalformedResource`: Go fails to
+    decode (or convert) such an object, so it is refused (see docs/datastores.md).
+    """
     spec = field_map(affinity, "spec")
     cidr = parse_cidr(field_str(spec, "cidr"))
     if cidr is None:
         return []
-    deleted = spec.get("deleted", False)
-    if isinstance(deleted, str):
-        if deleted == "":
-            deleted = False
-        elif deleted in _TRUE:
-            deleted = True
-        elif deleted in _FALSE:
-            deleted = False
-        else:
-            log.warning("block affinity %s: invalid deleted value %r",
-                        (affinity.get("metadata") or {}).get("name"), deleted)
-            return []
+    deleted = _affinity_deleted(spec.get("deleted"), crd=crd)
     try:
-        key = keys.block_affinity_key(cidr, spec.get("node") or "", spec.get("type") or "host")
+        key = keys.block_affinity_key(cidr, field_str(spec, "node"),
+                                      field_str(spec, "type") or "host")
     except keys.InvalidKeyError:
         return []
-    return [(key, dumps(_AFFINITY, {"state": spec.get("state") or "",
-                                    "deleted": bool(deleted)}))]
+    return [(key, dumps(_AFFINITY, {"state": field_str(spec, "state"), "deleted": deleted}))]
+
+
+def _affinity_deleted(value: Any, *, crd: bool) -> bool:
+    if value is None:  # absent, or null: Go's decoder leaves the zero value
+        return False
+    if crd:
+        if not isinstance(value, str):
+            raise MalformedResource(f"spec.deleted: the CRD declares a string, got "
+                                    f"{type(value).__name__} {value!r}")
+        if value in _TRUE:
+            return True
+        if value in _FALSE or value == "":
+            return False
+        raise MalformedResource(f"spec.deleted: {value!r} does not parse as a bool")
+    if not isinstance(value, bool):
+        raise MalformedResource(f"spec.deleted: projectcalico.org/v3 declares a bool, got "
+                                f"{type(value).__name__} {value!r}")
+    return value
 
 
 def pod_cidr_block_kvs(node_name: str, pod_cidrs: list[str] | None) -> list[tuple[str, bytes]]:
@@ -244,7 +260,10 @@ def _go_decode(t: GoType, v: Any) -> Any:
         for name, item in v.items():
             f = fields.get(name.translate(_ASCII_LOWER))
             if f is not None:  # unknown fields are ignored
-                out[f.name] = _go_decode(f.type, item)
+                try:
+                    out[f.name] = _go_decode(f.type, item)
+                except GoJSONError as exc:  # say which field
+                    raise GoJSONError(f"{f.name}: {exc}") from None
         return out
     if isinstance(t, Slice):
         if not isinstance(v, list):

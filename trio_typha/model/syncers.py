@@ -208,12 +208,13 @@ class _Converter:
                 key_name = field_str(field_map(obj, "metadata"), "name")
             if kind.kind in _SHAPE_CHECKED:
                 check_shape(ROOTS[kind.kind], v3)
+            crd = kind.group == K.CALICO_CRD_GROUP
             if self.mode is DatastoreMode.ETCD and key is not None:
                 # The etcd key names the resource; v3 values still go out as stored.
                 namespace, key_name = key
                 return self._calico(kind.kind, key_name, _named(v3, namespace, key_name),
-                                    body=v3)
-            return self._calico(kind.kind, key_name, v3)
+                                    body=v3, crd=crd)
+            return self._calico(kind.kind, key_name, v3, crd=crd)
         return self._kubernetes(kind, obj)
 
     def _kubernetes(self, kind: ResourceKind, obj: Mapping[str, Any]
@@ -267,9 +268,11 @@ class _Converter:
         return [resource_kv("Node", node if body is None else body, key_name=name)]
 
     def _calico(self, kind: str, key_name: str, obj: Mapping[str, Any],
-                body: Mapping[str, Any] | None = None) -> list[tuple[str, bytes, str]]:
+                body: Mapping[str, Any] | None = None, *, crd: bool = False
+                ) -> list[tuple[str, bytes, str]]:
         """KVs of the v3 ``obj`` named ``key_name``; ``body`` (default ``obj``) is what the
-        kinds sent as v3 resources carry as their value."""
+        kinds sent as v3 resources carry as their value; ``crd``: ``obj`` was converted from
+        a ``crd.projectcalico.org/v1`` object, whose field types can differ."""
         felix = self.syncer_type == "felix"
         value = obj if body is None else body
         if kind == "IPPool":
@@ -280,7 +283,7 @@ class _Converter:
             namespace = (obj.get("metadata") or {}).get("namespace") or ""
             return [resource_kv(kind, value, key_name=key_name, key_namespace=namespace)]
         if kind == "BlockAffinity":
-            return _no_rv(block_affinity_kvs(obj))
+            return _no_rv(block_affinity_kvs(obj, crd=crd))
         if not felix:
             return []
         if kind in ("ClusterInformation", "FelixConfiguration"):

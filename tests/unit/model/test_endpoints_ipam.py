@@ -92,9 +92,9 @@ def test_ipam_block_and_affinities() -> None:
                                        b'{"state":"confirmed","deleted":false}')]
     crd = {"spec": {"state": "pendingDeletion", "node": "vm1", "type": "virtual",
                     "cidr": "fd00::/122", "deleted": "T"}}
-    assert block_affinity_kvs(crd) == [("/calico/ipam/v2/virtual/vm1/ipv6/block/fd00::-122",
-                                        b'{"state":"pendingDeletion","deleted":true}')]
-    assert block_affinity_kvs({"spec": {**crd["spec"], "deleted": "maybe"}}) == []
+    assert block_affinity_kvs(crd, crd=True) == [(
+        "/calico/ipam/v2/virtual/vm1/ipv6/block/fd00::-122",
+        b'{"state":"pendingDeletion","deleted":true}')]
 
 
 def test_felix_node_keys() -> None:

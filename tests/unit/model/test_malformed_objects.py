@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.cluster import in_calico_group
 from trio_typha.model import ipam
 from trio_typha.model import kinds as K
 from trio_typha.model.kv import SYNCER_TYPES
@@ -99,7 +100,7 @@ def test_every_damaged_object_converts_or_is_refused_with_one_warning(
     for syncer in syncers:
         definition = syncer_definition(syncer, mode, calico_group=group)
         for doc in (d for d in docs if _kind_of(d, group) == kind):
-            base = {**doc, "apiVersion": "crd.projectcalico.org/v1"} if group == CRD else doc
+            base = in_calico_group(doc, CRD)[1] if group == CRD else doc
             name = base["metadata"]["name"]
             key = (base["metadata"].get("namespace") or "", name)
             for path in _paths(base):

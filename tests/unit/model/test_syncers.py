@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.cluster import in_calico_group
 from trio_typha.model import kinds as K
 from trio_typha.model.kv import SYNCER_TYPES
 from trio_typha.model.syncers import ConvertedKV, DatastoreMode, syncer_definition
@@ -62,9 +63,7 @@ def _convert_all(syncer: str, mode: DatastoreMode, group: str) -> dict[str, Conv
         kind = _kind_of(doc, group if mode is DatastoreMode.KDD else V3)
         if kind not in d.kinds:
             continue
-        obj = dict(doc)
-        if kind.group == CRD:
-            obj["apiVersion"] = "crd.projectcalico.org/v1"
+        obj = in_calico_group(doc, CRD)[1] if kind.group == CRD else dict(doc)
         kvs = d.convert(kind, obj)
         assert d.convert(kind, obj) == kvs  # deterministic
         for kv in kvs:
