@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import trio
@@ -27,9 +26,10 @@ import trustme
 
 from testbed.apiserver import ApiServer, Request, Response, open_apiserver
 from testbed.apiserver.status import internal_error
+from tests.integration.request_log import RequestLog
 from trio_typha.config import Config, environment_config
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
-from trio_typha.datastore.k8s_api import KubeApi, resource_path
+from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import KubeClientConfig, load_kube_client_config
 from trio_typha.datastore.k8s_watch import WatchTuning
 from trio_typha.datastore.kubernetes import KubernetesDatastore, open_kubernetes_datastore
@@ -39,41 +39,6 @@ from trio_typha.model.kinds import ResourceKind
 FAST = WatchTuning(page_size=3, watch_timeout=300, min_watch_interval=0.001,
                    backoff_initial=0.01, backoff_max=0.05)
 IPPOOL = K.calico_kind("IPPool", K.CALICO_CRD_GROUP)
-
-
-class RequestLog:
-    """Records each request the test bed handles and wakes waiters (a spy, not a stub)."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self._changed = trio.Event()
-        handle = server.api.handle
-
-        def spy(request: Request) -> Any:
-            split = urlsplit(request.target)
-            self.requests.append((split.path, dict(parse_qsl(split.query))))
-            self._changed.set()
-            self._changed = trio.Event()
-            return handle(request)
-
-        server.api.handle = spy  # type: ignore[method-assign]
-
-    def lists(self, kind: ResourceKind) -> list[dict[str, str]]:
-        return [q for p, q in self.requests if p == resource_path(kind) and "watch" not in q]
-
-    def watches(self, kind: ResourceKind) -> list[dict[str, str]]:
-        return [q for p, q in self.requests if p == resource_path(kind) and "watch" in q]
-
-    async def wait_until(self, condition: Callable[[], bool]) -> None:
-        """Wait (up to 10 s) until ``condition()`` holds, checking after each request."""
-        with trio.fail_after(10):
-            while not condition():
-                await self._changed.wait()
-
-    async def watch_from(self, kind: ResourceKind, rv: str | int) -> None:
-        """Wait until ``kind`` is watched from resourceVersion ``rv``."""
-        await self.wait_until(lambda: any(q.get("resourceVersion") == str(rv)
-                                          for q in self.watches(kind)))
 
 
 @pytest.fixture

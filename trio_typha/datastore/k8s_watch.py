@@ -39,7 +39,7 @@ from typing import Any
 import trio
 
 from ..backoff import Backoff
-from ..model.kinds import ResourceKind
+from ..model.kinds import KUBEVIRT_MIGRATION, ResourceKind
 from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
 from .http_edge import brief
@@ -50,6 +50,12 @@ from .k8s_reflector import KindReflector, WatchErrorEvent
 from .stall import DEFAULT_DEADLINE, StallCheck, WatchStalled, probe_window
 
 log = logging.getLogger(__name__)
+
+#: Kinds Calico lists in one request, without client-go's pager (so without ``limit``): its
+#: LiveMigration client calls the KubeVirt client's List directly
+#: (``libcalico-go/lib/backend/k8s/resources/livemigration.go``).
+UNPAGED_LIST_KINDS = frozenset({KUBEVIRT_MIGRATION})
+
 
 @dataclass(frozen=True, slots=True)
 class WatchTuning:
@@ -140,7 +146,7 @@ class KindWatcher:
         an expired continue token falls back to one full list."""
         pages: list[Iterator[Any]] = []
         token: str | None = None
-        limit: int | None = self.tuning.page_size
+        limit: int | None = None if self.kind in UNPAGED_LIST_KINDS else self.tuning.page_size
         rv = self.reflector.list_rv
         while True:
             try:
