@@ -161,24 +161,16 @@ async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str
         port = await nursery.start(blast.serve)
         cpu0 = cpu_seconds()
         t0 = trio.current_time()
-        per_proc = [fa.clients // fa.procs + (i < fa.clients % fa.procs)
-                    for i in range(fa.procs)]
-        procs = [subprocess.Popen(  # noqa: ASYNC220
-                     fanout.client_command(args.protocol, fa.client_impl, port, n, "felix",
-                                           fa.gobtool),
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                 for n in per_proc if n]
-        lines = [json.loads(await trio.to_thread.run_sync(p.stdout.readline)) for p in procs]
+        fleet = fanout.ClientFleet(fanout.fleet_commands(
+            args.protocol, fa.client_impl, port, fa.clients, fa.procs, gobtool=fa.gobtool))
+        lines = await fleet.in_sync()
         out = {"raw_blast_s": round(trio.current_time() - t0, 2),
                "raw_blast_cpu_s": round(cpu_seconds() - cpu0, 2),
                "raw_blast_clients_in_sync": blast.in_sync,
                "raw_blast_keys_min": min((r["keys_min"] for r in lines if "keys_min" in r),
                                          default=None),
                "raw_blast_errors": [e for r in lines for e in r.get("errors", [])][:5]}
-        for p in procs:
-            p.stdin.close()
-            await trio.to_thread.run_sync(p.stdout.read)
-            await trio.to_thread.run_sync(p.wait)
+        await fleet.done()
         nursery.cancel_scope.cancel()
     return out
 

@@ -1,85 +1,27 @@
-"""Shared pieces of the benchmarks: stats, reporting, and the client fleets' side of the
-runner's JSON-lines contract."""
+"""Shared pieces of the benchmarks: stats, reporting, and the grpcio fleet's side of the
+runner's JSON-lines contract (the Python agents' side is ``python -m testbed.fleet_bench``)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import re
 import resource
 import statistics
 import sys
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-import trio
-
-#: The churn generator stamps pods with the wall clock at the write (datastore/churn.py).
-CHURN = re.compile(rb'"churn-ts":"(\d+)"')
+from testbed.fleet import CHURN_STAMP
 
 
 def churn_delays(values: Iterable[bytes | None], now_ns: int) -> list[float]:
     """Seconds from each stamped write to ``now_ns``, for the values that carry a stamp."""
     out = []
     for value in values:
-        m = CHURN.search(value or b"")
+        m = CHURN_STAMP.search(value or b"")
         if m:
             out.append((now_ns - int(m.group(1))) / 1e9)
     return out
-
-
-def fleet_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--syncer", default="felix")
-    return p.parse_args()
-
-
-class TrioFleet:
-    """N clients in one trio process: counts what they receive and speaks the runner's
-    contract (an ``in_sync`` line once every client is in sync or failed, a ``count`` line
-    for every line read from stdin, then a ``done`` line with the delays when stdin
-    closes)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.delays: list[float] = []
-        self.updates = 0
-        self.errors: list[str] = []
-        self._synced: list[float] = []
-        self._all_synced = trio.Event()
-        self._t0 = time.monotonic()
-
-    def received(self, values: list[bytes | None], *, after_sync: bool) -> None:
-        self.updates += len(values)
-        if after_sync:
-            self.delays.extend(churn_delays(values, time.time_ns()))
-
-    def synced_one(self) -> None:
-        self._synced.append(time.monotonic() - self._t0)
-        if len(self._synced) == self.n:
-            self._all_synced.set()
-
-    def failed(self, exc: Exception, *, was_synced: bool) -> None:
-        self.errors.append(f"{type(exc).__name__}: {exc}")
-        if not was_synced:
-            self.synced_one()
-
-    async def run(self, member: Callable[[TrioFleet], Awaitable[None]]) -> None:
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.n):
-                nursery.start_soon(member, self)
-            await self._all_synced.wait()
-            _line({"event": "in_sync", "seconds": max(self._synced),
-                   "errors": self.errors[:5]})
-            while await trio.to_thread.run_sync(sys.stdin.readline):
-                count_line(len(self.delays))
-            nursery.cancel_scope.cancel()
-        _line({"event": "done", "delays": self.delays, "updates": self.updates,
-               "errors": self.errors[:5]})
 
 
 def _line(obj: dict[str, Any]) -> None:

@@ -24,7 +24,6 @@ deviation.  ``--json`` ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -56,28 +55,10 @@ def spread(counts: Sequence[int]) -> dict[str, Any]:
             "stddev": round(statistics.pstdev(counts), 1) if counts else None}
 
 
-class Fleet:
-    """Go gob clients (tests/gotools fleet) in FLEET_PROCS processes."""
-
-    def __init__(self, gobtool: str, port: int, n: int, hostname: str) -> None:
-        per = [n // FLEET_PROCS + (i < n % FLEET_PROCS) for i in range(FLEET_PROCS)]
-        self.procs = [subprocess.Popen(
-            [gobtool, "fleet", "-addr", f"127.0.0.1:{port}", "-n", str(k), "-syncer", "felix",
-             "-hostname", f"{hostname}{i}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True) for i, k in enumerate(per) if k]
-
-    async def in_sync(self) -> list[str]:
-        errors: list[str] = []
-        for p in self.procs:
-            line = json.loads(await trio.to_thread.run_sync(p.stdout.readline))
-            errors += line.get("errors", [])
-        return errors
-
-    async def close(self) -> None:
-        for p in self.procs:
-            p.stdin.close()
-            await trio.to_thread.run_sync(p.stdout.read)
-            await trio.to_thread.run_sync(p.wait)
+def go_fleet(gobtool: str, port: int, n: int, hostname: str) -> fanout.ClientFleet:
+    """``n`` Go gob clients (tests/gotools fleet) in FLEET_PROCS processes."""
+    return fanout.ClientFleet(fanout.fleet_commands("typha", "go", port, n, FLEET_PROCS,
+                                                    gobtool=gobtool, hostname=hostname))
 
 
 #: How long any one wait of this benchmark may take.
@@ -143,8 +124,8 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
         def settle() -> Any:
             return settled(counts, 1.2)
 
-        first = Fleet(gobtool, daemon.ports["server"], clients, "balance-a")
-        out["errors"] = await first.in_sync()
+        first = go_fleet(gobtool, daemon.ports["server"], clients, "balance-a")
+        out["errors"] = await first.in_sync_errors()
         before = await settle()
         out["initial"] = spread(before)
         if pool is not None and workers > 1:
@@ -157,15 +138,15 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
             # Reconnect once the pool has the worker back (the prototype does the same):
             # SO_REUSEPORT's best case.
             await poll(lambda: _true(pool.ready and pool.workers[victim - 1].running))
-            second = Fleet(gobtool, daemon.ports["server"], before[victim], "balance-b")
-            out["errors"] += await second.in_sync()
+            second = go_fleet(gobtool, daemon.ports["server"], before[victim], "balance-b")
+            out["errors"] += await second.in_sync_errors()
             after = await settle()
             out["killed_worker"] = victim
             out["reconnected"] = before[victim]
             out["after_reconnect"] = spread(after)
             out["restarted_worker_share"] = round(after[victim] / before[victim], 3)
-            await second.close()
-        await first.close()
+            await second.done()
+        await first.done()
         daemon.shutdown()
     return out
 
@@ -379,8 +360,8 @@ async def prototype(mode: str, n: int, clients: int, snapshot_file: str, gobtool
             await nursery.start(proto.run)
             cpu0 = process_cpu_seconds([os.getpid()])
             t0 = time.monotonic()
-            first = Fleet(gobtool, proto.port, clients, "proto-a")
-            out["errors"] = await first.in_sync()
+            first = go_fleet(gobtool, proto.port, clients, "proto-a")
+            out["errors"] = await first.in_sync_errors()
             out["all_in_sync_s"] = round(time.monotonic() - t0, 2)
             accepts = sorted(proto.accepts)
             span = accepts[-1] - accepts[0] if len(accepts) > 1 else 0.0
@@ -391,13 +372,13 @@ async def prototype(mode: str, n: int, clients: int, snapshot_file: str, gobtool
             out["initial"] = spread(await settled(_now(proto.counts), 0.5))
             victim = max(range(n), key=proto.counts.__getitem__)
             lost = await proto.kill_and_restart(nursery, victim)
-            second = Fleet(gobtool, proto.port, lost, "proto-b")
-            out["errors"] += await second.in_sync()
+            second = go_fleet(gobtool, proto.port, lost, "proto-b")
+            out["errors"] += await second.in_sync_errors()
             out["reconnected"] = lost
             out["after_reconnect"] = spread(await settled(_now(proto.counts), 0.5))
             out["restarted_worker_share"] = round(proto.counts[victim] / lost, 3) if lost else None
-            await second.close()
-            await first.close()
+            await second.done()
+            await first.done()
             nursery.cancel_scope.cancel()
     finally:
         proto.stop()

@@ -5,25 +5,23 @@
 The daemon (memory datastore) runs in this process, so its RSS is this process's; the
 clients run in separate processes, all started at once: half Go gob clients (``gobtool
 fleet`` from tests/gotools, calico-node's decoder), half gRPC clients on trio_typha's own h2
-client (bench/h2_clients.py).  Reports how long until every client was accepted and in
-sync, then holds them for ``--hold`` seconds under light churn with pings every
-``--ping-interval`` and reports pings answered (pongs the server timed), sessions still
+client (``python -m testbed.fleet_bench``).  Reports how long until every client was
+accepted and in sync, then holds them for ``--hold`` seconds under light churn with pings
+every ``--ping-interval`` and reports pings answered (pongs the server timed), sessions still
 connected at the end (none may be dropped), and server RSS per connection.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import cpu_seconds, current_rss_mib, report, rss_peak_mib  # noqa: E402
-from fanout import build_gobtool, client_command  # noqa: E402
+from fanout import ClientFleet, build_gobtool, fleet_commands  # noqa: E402
 
 from trio_typha.config import load_config  # noqa: E402
 from trio_typha.daemon import Daemon  # noqa: E402
@@ -63,21 +61,16 @@ async def run(args: argparse.Namespace) -> dict:
         port = daemon.ports["server"]
         rss_idle = current_rss_mib()
         result["server_rss_before_clients_mib"] = round(rss_idle, 1)
-        split = [("typha", "go", gob // args.procs + (i < gob % args.procs))
-                 for i in range(args.procs)]
-        split += [("grpc", "h2", grpc // args.procs + (i < grpc % args.procs))
-                  for i in range(args.procs)]
         t0 = trio.current_time()
         cpu0 = cpu_seconds()
-        procs = [subprocess.Popen(  # noqa: ASYNC220
-                     client_command(proto, impl, port, n, "felix", gobtool),
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                 for proto, impl, n in split if n]
-        in_sync = [json.loads(await trio.to_thread.run_sync(p.stdout.readline))
-                   for p in procs]
+        fleet = ClientFleet(
+            fleet_commands("typha", "go", port, gob, args.procs, gobtool=gobtool,
+                           hostname="gob")
+            + fleet_commands("grpc", "h2", port, grpc, args.procs, hostname="grpc"))
+        errors_at_sync = await fleet.in_sync_errors()
         result["all_in_sync_s"] = round(trio.current_time() - t0, 2)
         result["connect_cpu_s"] = round(cpu_seconds() - cpu0, 2)
-        result["client_errors_at_sync"] = [e for r in in_sync for e in r.get("errors", [])][:10]
+        result["client_errors_at_sync"] = errors_at_sync[:10]
         result["sessions_in_sync"] = len(daemon.ctx.sessions)
         result["connections_accepted"] = len(daemon.connections)
         rss_loaded = current_rss_mib()
@@ -101,13 +94,8 @@ async def run(args: argparse.Namespace) -> dict:
         result["sessions_at_end"] = len(daemon.ctx.sessions)
         result["dropped"] = args.clients - result["sessions_at_end"]
         result["server_rss_end_mib"] = round(current_rss_mib(), 1)
-        errors = []
-        for p in procs:
-            p.stdin.close()
-            done = json.loads(await trio.to_thread.run_sync(p.stdout.readline))
-            errors += done.get("errors", [])
-            await trio.to_thread.run_sync(p.wait)
-        result["client_errors"] = errors[:10]
+        result["client_errors"] = [e for done in await fleet.done()
+                                   for e in done.get("errors", [])][:10]
         result["server_cpu_total_s"] = round(cpu_seconds(), 2)
         result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
         daemon.shutdown()

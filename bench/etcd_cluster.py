@@ -22,31 +22,16 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-V3 = "projectcalico.org/v3"
+from testbed.cluster import v3, wep_name  # noqa: E402
+
 CHURN_LABEL = "churn-ts"
-
-
-def _v3(kind: str, name: str, spec: dict[str, Any], *, namespace: str = "",
-        labels: dict[str, str] | None = None) -> dict[str, Any]:
-    md: dict[str, Any] = {"name": name, "uid": f"00000000-0000-4000-8000-{abs(hash(name)) % 10**12:012d}",
-                          "creationTimestamp": "2025-01-01T00:00:00Z"}
-    if namespace:
-        md["namespace"] = namespace
-    if labels:
-        md["labels"] = labels
-    return {"apiVersion": V3, "kind": kind, "metadata": md, "spec": spec}
-
-
-def wep_name(node: str, pod: str) -> str:
-    """libcalico's WorkloadEndpoint name: parts joined by '-', dashes inside doubled."""
-    return "-".join(p.replace("-", "--") for p in (node, "k8s", pod, "eth0"))
 
 
 def endpoint(i: int, size: Any) -> dict[str, Any]:
     node = f"node-{i % size.nodes}"
     ns = f"ns-{i % size.namespaces}"
     pod = f"pod-{i}"
-    return _v3("WorkloadEndpoint", wep_name(node, pod), {
+    return v3("WorkloadEndpoint", wep_name(node, pod), {
         "orchestrator": "k8s", "node": node, "workload": "", "pod": pod, "endpoint": "eth0",
         "interfaceName": f"cali{i:011x}",
         "ipNetworks": [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}/32"],
@@ -59,15 +44,15 @@ def objects(cluster: str) -> Iterator[dict[str, Any]]:
     from trio_typha.datastore.synthetic import SIZES
     size = SIZES[cluster]
     for n in range(size.nodes):
-        yield _v3("Node", f"node-{n}", {
+        yield v3("Node", f"node-{n}", {
             "bgp": {"ipv4Address": f"192.168.{n >> 8}.{n & 255}/16"},
             "orchRefs": [{"nodeName": f"node-{n}", "orchestrator": "k8s"}]})
     for n in range(size.namespaces):
-        yield _v3("Profile", f"kns.ns-{n}", {
+        yield v3("Profile", f"kns.ns-{n}", {
             "ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
             "labelsToApply": {"pcns.projectcalico.org/name": f"ns-{n}"}})
     for n in range(size.policies):
-        yield _v3("NetworkPolicy", f"np-{n}", {
+        yield v3("NetworkPolicy", f"np-{n}", {
             "tier": "default", "order": 100 + n, "selector": f"app == 'app-{n % 8}'",
             "types": ["Ingress"], "ingress": [{"action": "Allow", "protocol": "TCP",
                                                "destination": {"ports": [1000 + n % 60000]}}]},

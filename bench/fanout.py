@@ -9,8 +9,9 @@ from the datastore write (which stamps the pod with the wall clock) to client re
 
 Typha-protocol clients are Go by default (``gobtool fleet`` from tests/gotools: encoding/gob
 and snappy in goroutines, the shape of calico-node's client); ``--client-impl python`` runs
-trio_typha's own client instead (bench/typha_clients.py).  gRPC clients are grpcio.
-``--tls`` serves mutual TLS (trustme certificates) to the Go or grpcio clients.
+the test bed's agents on trio_typha's own client instead (``python -m testbed.fleet_bench``).
+gRPC clients are grpcio, or with ``--client-impl h2`` the same agents on trio_typha's h2
+client.  ``--tls`` serves mutual TLS (trustme certificates) to any of them.
 """
 
 from __future__ import annotations
@@ -90,23 +91,31 @@ class BenchPKI:
 
 
 def client_command(protocol: str, impl: str, port: int, n: int, syncer: str,
-                   gobtool: str | None = None, tls: BenchPKI | None = None) -> list[str]:
+                   gobtool: str | None = None, tls: BenchPKI | None = None, *,
+                   hostname: str = "bench") -> list[str]:
     """One client process's command line; every kind prints the same JSON lines."""
-    if tls is not None and impl not in ("go", "grpcio"):
-        raise ValueError("--tls needs the go (typha) or grpcio (grpc) clients")
-    if protocol == "grpc" and impl == "h2":
-        return [sys.executable, os.path.join(HERE, "h2_clients.py"),
-                "--port", str(port), "--n", str(n), "--syncer", syncer]
-    if protocol == "grpc":
+    if protocol == "grpc" and impl == "grpcio":
         return [sys.executable, os.path.join(HERE, "grpc_clients.py"),
                 "--target", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer,
                 *(tls.client_flags("--") if tls else [])]
     if impl == "go":
         assert gobtool is not None
         return [gobtool, "fleet", "-addr", f"127.0.0.1:{port}", "-n", str(n),
-                "-syncer", syncer, *(tls.client_flags("-") if tls else [])]
-    return [sys.executable, os.path.join(HERE, "typha_clients.py"),
-            "--port", str(port), "--n", str(n), "--syncer", syncer]
+                "-syncer", syncer, "-hostname", hostname,
+                *(tls.client_flags("-") if tls else [])]
+    return [sys.executable, "-m", "testbed.fleet_bench", "--protocol", protocol,
+            "--addr", f"127.0.0.1:{port}", "--n", str(n), "--syncer", syncer,
+            "--hostname", hostname, *(tls.client_flags("--") if tls else [])]
+
+
+def fleet_commands(protocol: str, impl: str, port: int, clients: int, procs: int,
+                   syncer: str = "felix", gobtool: str | None = None,
+                   tls: BenchPKI | None = None, *, hostname: str = "bench") -> list[list[str]]:
+    """``clients`` spread evenly over ``procs`` client processes (none left empty); process
+    ``i``'s agents are named ``{hostname}{i}-<n>``."""
+    per = [clients // procs + (i < clients % procs) for i in range(procs)]
+    return [client_command(protocol, impl, port, n, syncer, gobtool, tls,
+                           hostname=f"{hostname}{i}") for i, n in enumerate(per) if n]
 
 
 def snapshot_sizes(daemon: Daemon, syncer: str) -> dict:
@@ -230,7 +239,9 @@ class ServerProcesses:
 
 
 class ClientFleet:
-    """The client processes and the runner's side of their JSON-lines contract."""
+    """The client processes and the runner's side of their JSON-lines contract: an
+    ``in_sync`` line from each, a ``count`` line for each line sent, a ``done`` line once
+    stdin closes."""
 
     def __init__(self, commands: list[list[str]]) -> None:
         self.procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -241,6 +252,10 @@ class ClientFleet:
 
     async def in_sync(self) -> list[dict]:
         return [await self._line(p) for p in self.procs]
+
+    async def in_sync_errors(self) -> list[str]:
+        """Wait for every process's ``in_sync`` line; the errors they report."""
+        return [e for line in await self.in_sync() for e in line.get("errors", [])]
 
     async def stamped(self) -> int:
         """Churn-stamped updates the clients have received in sync so far (a count line)."""
@@ -366,12 +381,9 @@ async def _run(args: argparse.Namespace, cluster: MemoryCluster | EtcdCluster,
         result["felix_keys"] = len(daemon.pipelines["felix"].feed.cache)
         port = daemon.ports["server"]
         cpu0 = procs_of.cpu()
-        per_proc = [args.clients // args.procs + (i < args.clients % args.procs)
-                    for i in range(args.procs)]
-        fleet = ClientFleet([client_command(args.protocol, args.client_impl, port, n,
-                                            args.syncer, args.gobtool,
-                                            getattr(args, "tls", None))
-                             for n in per_proc if n])
+        fleet = ClientFleet(fleet_commands(args.protocol, args.client_impl, port,
+                                           args.clients, args.procs, args.syncer,
+                                           args.gobtool, getattr(args, "tls", None)))
         t_start = trio.current_time()
         in_sync = await fleet.in_sync()
         result["all_in_sync_s"] = round(trio.current_time() - t_start, 2)
@@ -462,7 +474,7 @@ def main() -> None:
                    help="SnapshotReuseAgeSecs for the server")
     p.add_argument("--log-level", default="WARNING", help="server log level (to stderr)")
     p.add_argument("--tls", action="store_true",
-                   help="mutual TLS with trustme certificates (go and grpcio clients)")
+                   help="mutual TLS with trustme certificates")
     args = p.parse_args()
     from trio_typha.logs import setup_logging
     setup_logging(args.log_level)
@@ -474,8 +486,6 @@ def main() -> None:
         args.client_impl = args.client_impl or "go"
         if args.client_impl not in ("go", "python"):
             p.error("typha-protocol clients are go or python")
-    if args.tls and args.client_impl not in ("go", "grpcio"):
-        p.error("--tls needs the go (typha) or grpcio (grpc) clients")
     args.tls = BenchPKI() if args.tls else None
     args.gobtool = build_gobtool() if args.client_impl == "go" else None
     report(trio.run(run, args))

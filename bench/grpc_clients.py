@@ -17,6 +17,7 @@ import time
 import grpc
 from _common import churn_delays, count_line
 
+from testbed.fleet import add_tls_arguments, tls_from_arguments
 from trio_typha.protocols.grpc import typha_pb2 as pb
 
 
@@ -85,19 +86,16 @@ async def main() -> None:
     p.add_argument("--syncer", default="felix")
     p.add_argument("--sync-timeout", type=float, default=180.0,
                    help="give up waiting for stragglers after this long (they are reported)")
-    p.add_argument("--ca", help="CA file: mutual TLS (with --cert, --key, --server-name)")
-    p.add_argument("--cert")
-    p.add_argument("--key")
-    p.add_argument("--server-name", default="")
+    add_tls_arguments(p)
     args = p.parse_args()
     stop = asyncio.Event()
     tls = None
-    if args.ca:
+    if (paths := tls_from_arguments(args)) is not None:
         def read(path: str) -> bytes:
             with open(path, "rb") as fh:
                 return fh.read()
-        tls = (grpc.ssl_channel_credentials(read(args.ca), read(args.key), read(args.cert)),
-               args.server_name)
+        tls = (grpc.ssl_channel_credentials(read(paths.ca_file), read(paths.key_file),
+                                            read(paths.cert_file)), paths.server_name)
     clients = [Client(args.target, args.syncer, tls) for _ in range(args.n)]
     t0 = time.monotonic()
     tasks = [asyncio.create_task(c.run(stop)) for c in clients]

@@ -5,8 +5,8 @@ clients it gave a worker.
     python bench/worker_latency.py [--cluster small] [--rate 50] [--seconds 10]
                                    [--workers 2] [--clients 20] [--json]
 
-The daemon (the primary) and the clients (trio-typha's gob client) run in this process, so
-publication and receipt are read from one clock; the workers are real processes.  Which
+The daemon (the primary) and the clients (the test bed's agents on trio-typha's gob client)
+run in this process, so publication and receipt are read from one clock; the workers are real processes.  Which
 process serves a client is read from the workers' ``/connections``.
 """
 
@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 
-from trio_typha.client.typha import TyphaClient, TyphaDisconnected
+from testbed.fleet import Agent, AgentGroup, AgentSpec, DiscoverySpec
+from trio_typha.client.discovery import ReconnectPolicy
 from trio_typha.config import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.churn import Churn
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
-from trio_typha.model.kv import SyncStatus
+from trio_typha.model.kv import SerializedUpdate
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -36,14 +38,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "HealthEnabled": "true", "HealthHost": "127.0.0.1", "HealthPort": "0"})
     received: dict[str, list[tuple[str, bytes | None, float]]] = {}
 
-    async def follow(client: TyphaClient) -> None:
-        got = received.setdefault(client.hostname, [])
-        try:
-            async for batch in client.batches():
-                now = trio.current_time()
-                got.extend((u.key, u.value, now) for u in batch.updates)
-        except TyphaDisconnected:
-            pass  # closed at the end
+    def note(agent: Agent, updates: Sequence[SerializedUpdate]) -> None:
+        now = trio.current_time()
+        received.setdefault(agent.spec.name, []).extend((u.key, u.value, now) for u in updates)
 
     async with trio.open_nursery() as nursery:
         daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
@@ -52,12 +49,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await trio.sleep(0.2)
         port = daemon.ports["server"]
         feed = daemon.pipelines["felix"].feed
-        clients = [TyphaClient("127.0.0.1", port, hostname=f"c{i}")
-                   for i in range(args.clients)]
-        for c in clients:
-            nursery.start_soon(follow, c)
-        while any(c.status is not SyncStatus.IN_SYNC for c in clients):  # noqa: ASYNC110
-            await trio.sleep(0.1)  # (each client's own task reads it)
+        clients = AgentGroup([AgentSpec(f"c{i}", "typha") for i in range(args.clients)],
+                             DiscoverySpec(static=(f"127.0.0.1:{port}",)),
+                             ReconnectPolicy(startup_delay_max=0.0), reconnect=False,
+                             on_updates=note)
+        clients_scope = trio.CancelScope()
+
+        async def run_clients(task_status: trio.TaskStatus[None]) -> None:
+            with clients_scope:
+                await clients.run(task_status=task_status)
+
+        await nursery.start(run_clients)
+        await clients.wait_until(lambda g: all(a.in_sync for a in g.agents))
         start = feed.latest
         with trio.move_on_after(args.seconds):
             await Churn(store, args.rate, policy_fraction=0.0).run()
@@ -72,8 +75,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if daemon.workers is not None:
             served_by.update({row["hostname"]: row["worker"]
                               for row in await daemon.workers.connection_rows()})
-        for c in clients:
-            await c.aclose()
+        clients_scope.cancel()
         daemon.shutdown()
     delays: dict[str, list[float]] = {"on_primary": [], "on_workers": []}
     for host, got in received.items():

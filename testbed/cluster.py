@@ -1,4 +1,4 @@
-"""The demo's cluster in the test bed API server: a synthetic cluster plus the Typha Service.
+"""Clusters and the resources in them, for the demo, the benchmarks and the tests.
 
 ``cluster_objects`` yields the synthetic cluster (``trio_typha.datastore.synthetic``) as the
 API server stores it, Calico objects moved into the served Calico API group
@@ -7,10 +7,15 @@ API server stores it, Calico objects moved into the served Calico API group
 EndpointSlice the way the manifests and the EndpointSlice controller would (one TCP port named
 ``calico-typha``, label ``kubernetes.io/service-name``, one endpoint per replica with its node
 and readiness), so agents discover the replicas exactly as calico-node would.
+
+The resource builders (``v3``, ``wep_name``, ``k8s_node``, ``k8s_network_policy``) are what
+the tests, the benchmarks and the chaos suite write Calico v3 resources, Nodes and
+NetworkPolicies with.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +25,61 @@ from trio_typha.model import kinds as K
 
 TYPHA_SERVICE = "calico-typha"
 TYPHA_NAMESPACE = "kube-system"
+V3 = f"{K.CALICO_V3_GROUP}/v3"
+
+
+# -- resource builders -----------------------------------------------------------------------
+
+def v3(kind: str, name: str, spec: dict[str, Any], *, namespace: str = "",
+       labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    """A ``projectcalico.org/v3`` resource as calicoctl stores it in etcd: a uid (derived
+    from the name, so a rewrite keeps it) and a creation timestamp."""
+    md: dict[str, Any] = {"name": name,
+                          "uid": f"00000000-0000-4000-8000-{zlib.crc32(name.encode()):012d}",
+                          "creationTimestamp": "2025-01-01T00:00:00Z"}
+    if namespace:
+        md["namespace"] = namespace
+    if labels:
+        md["labels"] = labels
+    return {"apiVersion": V3, "kind": kind, "metadata": md, "spec": spec, **extra}
+
+
+def wep_name(node: str, pod: str, *, orchestrator: str = "k8s", endpoint: str = "eth0") -> str:
+    """libcalico's WorkloadEndpoint name: ``<node>-<orchestrator>-<workload>-<endpoint>``,
+    the dashes inside each part doubled."""
+    return "-".join(p.replace("-", "--") for p in (node, orchestrator, pod, endpoint))
+
+
+def k8s_node(name: str, ip: str | None = None, *, pod_cidr: str | None = None
+             ) -> dict[str, Any]:
+    """A Kubernetes Node; with ``ip``, its InternalIP and the IPv4 address annotation Calico's
+    node controller writes (``projectcalico.org/IPv4Address``, a /24)."""
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Node",
+                           "metadata": {"name": name,
+                                        "labels": {"kubernetes.io/hostname": name}}}
+    if ip is not None:
+        obj["metadata"]["annotations"] = {"projectcalico.org/IPv4Address": f"{ip}/24"}
+        obj["status"] = {"addresses": [{"type": "InternalIP", "address": ip}]}
+    if pod_cidr is not None:
+        obj["spec"] = {"podCIDR": pod_cidr}
+    return obj
+
+
+def k8s_network_policy(name: str, *, namespace: str = "default", app: str | None = None,
+                       port: int = 8080, from_labels: dict[str, str] | None = None
+                       ) -> dict[str, Any]:
+    """A ``networking.k8s.io/v1`` NetworkPolicy admitting TCP ``port`` to pods labelled
+    ``app`` (default: the policy's name), from pods with ``from_labels`` if given."""
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
+    if from_labels is not None:
+        rule = {"from": [{"podSelector": {"matchLabels": from_labels}}], **rule}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"podSelector": {"matchLabels": {"app": app or name}},
+                     "policyTypes": ["Ingress"], "ingress": [rule]}}
+
+
+# -- the synthetic cluster and the Typha Service ---------------------------------------------
 
 
 def cluster_objects(size: str, group: str = K.CALICO_CRD_GROUP
@@ -91,20 +151,22 @@ def typha_service(port: int = 5473, *, namespace: str = TYPHA_NAMESPACE) -> dict
 
 
 def typha_endpoint_slice(replicas: Sequence[Replica], *, name: str = f"{TYPHA_SERVICE}-demo",
-                         namespace: str = TYPHA_NAMESPACE) -> dict[str, Any]:
-    """One slice for ``replicas``.  Every replica must listen on the same port, as pods of one
-    Deployment do; the demo's replicas share 127.0.0.0/8 with distinct loopback addresses."""
+                         namespace: str = TYPHA_NAMESPACE, service: str = TYPHA_SERVICE,
+                         port_name: str = TYPHA_PORT_NAME) -> dict[str, Any]:
+    """One slice of ``service`` for ``replicas``.  Every replica must listen on the same port,
+    as pods of one Deployment do; the demo's replicas share 127.0.0.0/8 with distinct
+    loopback addresses."""
     ports = {r.port for r in replicas}
     if len(ports) > 1:
         raise ValueError(f"replicas of one EndpointSlice must share a port, got {sorted(ports)}")
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": namespace,
-                     "labels": {SERVICE_NAME_LABEL: TYPHA_SERVICE,
+                     "labels": {SERVICE_NAME_LABEL: service,
                                 "endpointslice.kubernetes.io/managed-by":
                                     "endpointslice-controller.k8s.io"}},
         "addressType": "IPv4",
-        "ports": [{"name": TYPHA_PORT_NAME, "port": ports.pop() if ports else 5473,
+        "ports": [{"name": port_name, "port": ports.pop() if ports else 5473,
                    "protocol": "TCP"}],
         "endpoints": [{"addresses": [r.ip], "nodeName": r.node,
                        "conditions": {"ready": r.ready, "serving": r.ready,

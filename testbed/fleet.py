@@ -1,15 +1,22 @@
 """A fleet of simulated node agents: Typha-protocol and gRPC clients that behave like Felix.
 
-Each :class:`Agent` discovers Typha (``trio_typha.client.discovery``), connects, keeps a full
-copy of its syncer's key/value state (Felix's semantics: a new connection's snapshot replaces
-the old state once it is in sync), answers pings, reconnects after a drop or a failure as its
-:class:`~trio_typha.client.discovery.ReconnectPolicy` says, and records what a dashboard or a
+Each :class:`Agent` discovers Typha (``trio_typha.client.discovery``), connects (plain or
+mutual TLS, :class:`ClientTLS`), keeps a full copy of its syncer's key/value state (Felix's
+semantics: a new connection's snapshot replaces the old state once it is in sync), answers
+pings, reconnects after a drop or a failure as its
+:class:`~trio_typha.client.discovery.ReconnectPolicy` says (or, ``reconnect=False``, stops at
+its first loss), and records what a dashboard or a
 verdict needs: time to first in-sync, updates received, write-to-receipt delay of churned
 pods (their ``churn-ts`` label holds the wall-clock nanoseconds of the write), connections.
+Hooks see every delay, every receipt in sync and every batch of updates.
 
-Two ways to run agents:
+This is the one Python fleet: the demo, the chaos suite, the tests and the benchmarks
+(``python -m testbed.fleet_bench``, the runner's contract the Go fleet also speaks) run it.
+Three ways to run agents:
 
-* in this process: ``AgentGroup(specs, discovery_for)`` and ``await nursery.start(group.run)``;
+* one at a time: ``Agent(spec, connector)`` and ``nursery.start_soon(agent.run)``;
+* many in this process: ``AgentGroup(specs, discovery, policy)`` and
+  ``await nursery.start(group.run)``;
 * over several processes (to use the cores): ``async with open_fleet(FleetConfig(...)) as
   fleet`` runs ``python -m testbed.fleet`` workers, each an :class:`AgentGroup`, and merges
   their once-a-second reports into ``fleet.stats``; ``await fleet.compare(expected)`` has
@@ -29,6 +36,7 @@ import logging
 import os
 import random
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -117,6 +125,36 @@ def agent_specs(n: int, *, grpc_share: float = 0.5,
             for i, proto in enumerate(protocol_mix(n, grpc_share))]
 
 
+@dataclass(frozen=True, slots=True)
+class ClientTLS:
+    """Mutual TLS for agents, as file paths (JSON-serializable, for the workers)."""
+
+    ca_file: str
+    cert_file: str = ""
+    key_file: str = ""
+    server_name: str = ""  # a name the server's certificate must carry; "" checks none
+
+    def context(self) -> ssl.SSLContext:
+        """A new context: the gRPC dial sets ALPN on it, so each connection has its own."""
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
+        ctx.check_hostname = bool(self.server_name)
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file or None)
+        return ctx
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """A client fleet's mutual TLS flags (``bench.fanout.BenchPKI.client_flags`` passes them)."""
+    parser.add_argument("--ca", help="CA file: mutual TLS (with --cert, --key, --server-name)")
+    parser.add_argument("--cert", default="")
+    parser.add_argument("--key", default="")
+    parser.add_argument("--server-name", default="")
+
+
+def tls_from_arguments(args: argparse.Namespace) -> ClientTLS | None:
+    return ClientTLS(args.ca, args.cert, args.key, args.server_name) if args.ca else None
+
+
 # -- one agent ----------------------------------------------------------------------------
 
 class _Lost(Exception):
@@ -131,11 +169,17 @@ class Agent:
     """One simulated node agent (see the module docstring)."""
 
     def __init__(self, spec: AgentSpec, connector: Connector, *,
+                 tls: ClientTLS | None = None, read_timeout: float = 30.0,
+                 reconnect: bool = True,
                  on_delay: Callable[[float], None] | None = None,
                  on_receipt: Callable[[str, float], None] | None = None,
+                 on_updates: Callable[[Agent, Sequence[SerializedUpdate]], None] | None = None,
                  on_change: Callable[[], None] | None = None) -> None:
         self.spec = spec
         self.connector = connector
+        self.tls = tls
+        self.read_timeout = read_timeout
+        self.reconnect = reconnect  # False: the first loss ends run() (last_error says why)
         self.kvs: dict[str, SerializedUpdate] = {}  # the state as of the last in-sync
         self.status = SyncStatus.WAIT_FOR_DATASTORE
         self.address: TyphaAddress | None = None  # connected to, None while not
@@ -149,6 +193,7 @@ class Agent:
         self._on_delay = on_delay or (lambda _d: None)
         self._on_change = on_change or (lambda: None)
         self._on_receipt = on_receipt
+        self._on_updates = on_updates
 
     @property
     def in_sync(self) -> bool:
@@ -178,6 +223,8 @@ class Agent:
                 self.failures += 1
                 self.connector.failed()
             self._on_change()
+            if not self.reconnect:
+                return
 
     def _established(self, address: TyphaAddress) -> None:
         self.address = address
@@ -192,8 +239,13 @@ class Agent:
             self.first_in_sync = trio.current_time() - self.started_at
         self._on_change()
 
-    def _received(self, updates: Sequence[SerializedUpdate]) -> None:
+    def _batch(self, updates: Sequence[SerializedUpdate]) -> None:
+        """Every batch: counted, shown to the hook, and measured once in sync."""
         self.updates += len(updates)
+        if self._on_updates is not None:
+            self._on_updates(self, updates)
+        if not self.in_sync:
+            return
         now = time.time_ns()
         receipt = self._on_receipt
         for u in updates:
@@ -203,8 +255,12 @@ class Agent:
                 receipt(u.revision, now / 1e9)
 
     async def _typha(self, address: TyphaAddress) -> None:
+        tls = self.tls
         client = TyphaClient(address.host, address.port, syncer_type=self.spec.syncer,
-                             hostname=self.spec.name, info="trio-typha fleet agent")
+                             hostname=self.spec.name, info="trio-typha fleet agent",
+                             read_timeout=self.read_timeout,
+                             ssl_context=tls.context() if tls else None,
+                             server_hostname=tls.server_name or None if tls else None)
         established = False
         async with client:
             async for event in client:
@@ -212,10 +268,7 @@ class Agent:
                     established = True
                     self._established(address)
                 elif isinstance(event, KVsReceived):
-                    if self.in_sync:
-                        self._received(event.updates)
-                    else:
-                        self.updates += len(event.updates)
+                    self._batch(event.updates)
                 elif isinstance(event, SyncStatusReceived):
                     if event.status is SyncStatus.IN_SYNC:
                         self._synced(client.kvs)  # the client keeps the map; share it
@@ -228,8 +281,11 @@ class Agent:
         established = False
         kvs: dict[str, SerializedUpdate] = {}
         try:
+            tls = self.tls
             with trio.fail_after(10):
-                stream = await g.open_stream(address.host, address.port)
+                stream = await g.open_stream(
+                    address.host, address.port, ssl_context=tls.context() if tls else None,
+                    server_hostname=tls.server_name or None if tls else None)
             async with stream:
                 async for ev in g.sync(stream, self.spec.syncer, hostname=self.spec.name,
                                        info="trio-typha fleet agent"):
@@ -242,10 +298,7 @@ class Agent:
                                 kvs.pop(u.key, None)
                             else:
                                 kvs[u.key] = u
-                        if self.in_sync:
-                            self._received(ev.updates)
-                        else:
-                            self.updates += len(ev.updates)
+                        self._batch(ev.updates)
                     elif isinstance(ev, g.Finished | g.StatusChanged):
                         if ev.status is SyncStatus.IN_SYNC:
                             self._synced(kvs)
@@ -276,9 +329,16 @@ class AgentGroup:
     """Agents in this process; ``stats()`` summarizes them, ``drain_delays()`` the delays."""
 
     def __init__(self, specs: Sequence[AgentSpec], discovery: DiscoverySpec,
-                 policy: ReconnectPolicy, *, seed: int = 0) -> None:
+                 policy: ReconnectPolicy, *, seed: int = 0, tls: ClientTLS | None = None,
+                 read_timeout: float = 30.0, reconnect: bool = True,
+                 on_updates: Callable[[Agent, Sequence[SerializedUpdate]], None] | None = None
+                 ) -> None:
         self.discovery = discovery
         self.policy = policy
+        self.tls = tls
+        self.read_timeout = read_timeout
+        self.reconnect = reconnect
+        self._on_updates = on_updates
         self._delays: list[float] = []
         self._receipts: list[tuple[str, float, str]] = []
         self._seed = seed
@@ -302,9 +362,11 @@ class AgentGroup:
                     rng = random.Random(f"{self._seed}/{spec.name}/{i}")
                     connector = Connector(make_discovery(self.discovery, spec, rng, kube),
                                           self.policy, rng)
-                    agent = Agent(spec, connector, on_delay=self._delays.append,
+                    agent = Agent(spec, connector, tls=self.tls,
+                                  read_timeout=self.read_timeout,
+                                  reconnect=self.reconnect, on_delay=self._delays.append,
                                   on_receipt=partial(self._receipt, spec.protocol),
-                                  on_change=self._notify)
+                                  on_updates=self._on_updates, on_change=self._notify)
                     self.agents.append(agent)
                 # start_soon, not start: a busy fleet (agents decoding snapshots) would make
                 # each start wait a whole scheduling round, and the last agent minutes late.
@@ -334,6 +396,11 @@ class AgentGroup:
         """Return once ``predicate(self)`` holds (checked after every connect, sync, loss)."""
         while not predicate(self):
             await self._changed.wait()
+
+    @property
+    def delays(self) -> list[float]:
+        """Delays measured since the last :meth:`drain_delays` (read-only)."""
+        return self._delays
 
     def drain_delays(self) -> list[float]:
         out = self._delays[:]
@@ -388,13 +455,15 @@ class FleetConfig:
     processes: int = 2
     report_interval: float = 1.0
     seed: int = 0
+    tls: ClientTLS | None = None
 
     def worker_config(self, index: int) -> dict[str, Any]:
         specs = agent_specs(self.agents, grpc_share=self.grpc_share, syncers=self.syncers)
         mine = specs[index::self.processes]
         return {"specs": [asdict(s) for s in mine], "discovery": asdict(self.discovery),
                 "policy": asdict(self.policy), "report_interval": self.report_interval,
-                "seed": self.seed, "worker": index}
+                "seed": self.seed, "worker": index,
+                "tls": asdict(self.tls) if self.tls else None}
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -418,7 +487,8 @@ async def _worker() -> None:
     d = config["discovery"]
     group = AgentGroup([AgentSpec(**s) for s in config["specs"]],
                        DiscoverySpec(**{**d, "static": tuple(d["static"])}),
-                       ReconnectPolicy(**config["policy"]), seed=config["seed"])
+                       ReconnectPolicy(**config["policy"]), seed=config["seed"],
+                       tls=ClientTLS(**config["tls"]) if config.get("tls") else None)
     wall_offset = time.time() - trio.current_time()
     async with trio.open_nursery() as nursery:
         await nursery.start(group.run)

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import trio
 
-from tests.e2e.grpcio_sync import GrpcioSync, grpcio_sync
 from tests.e2e.harness import HANG, daemon_config
+from tests.grpcio_sync import GrpcioSync, grpcio_sync
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.base import Datastore
 

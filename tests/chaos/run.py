@@ -17,9 +17,9 @@ import random
 import resource
 import tempfile
 import time
-import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +28,8 @@ import trio
 from testbed import hostile
 from testbed.apiserver import ApiServer, open_apiserver
 from testbed.churn import api_client
+from testbed.cluster import k8s_network_policy, v3
+from testbed.fleet import PROTOCOLS, Agent, AgentSpec
 from testbed.invariant import (
     DatastoreContents,
     NotConverged,
@@ -38,10 +40,8 @@ from testbed.invariant import (
 )
 from tests.etcd_server import EtcdClient, EtcdServer, run_etcd
 from tests.fault_proxy import FaultProxy
-from trio_typha.backoff import Backoff
-from trio_typha.client import grpc as grpc_client
+from trio_typha.client.discovery import Connector, ReconnectPolicy, StaticDiscovery, parse_address
 from trio_typha.client.typha import Connected, TyphaClient
-from trio_typha.client.view import SyncView
 from trio_typha.config import Config, load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.base import Datastore
@@ -51,77 +51,38 @@ from trio_typha.datastore.k8s_watch import WatchTuning
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.model import kinds as K
 from trio_typha.model.kinds import CALICO_CRD_GROUP
-from trio_typha.model.kv import SYNCER_TYPES
-from trio_typha.protocols.grpc.status import GrpcError
+from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate
 
 log = logging.getLogger("tests.chaos")
 
-V3 = "projectcalico.org/v3"
 CANARY = "canary"
 CONVERGE_WITHIN = 30.0
 
 
 # --- the fleet ------------------------------------------------------------------------------
 
-class GobAgent:
-    """Typha's gob protocol, reconnecting, as calico-node does."""
-
-    protocol = "typha"
-
-    def __init__(self, name: str, port: int, arrivals: dict[str, float] | None) -> None:
-        self.name = name
-        self.client = TyphaClient("127.0.0.1", port, syncer_type="felix", hostname=name,
-                                  reconnect=True, read_timeout=30,
-                                  backoff=Backoff(initial=0.05, maximum=0.5,
-                                                  random=random.Random(name).random))
-        self.arrivals = arrivals
-
-    @property
-    def kvs(self) -> dict[str, Any]:
-        return self.client.kvs
-
-    async def run(self) -> None:
-        async with self.client:
-            async for batch in self.client.batches():
-                if self.arrivals is not None:
-                    _note(self.arrivals, (u.key for u in batch.updates))
+#: Agents redial at once after a loss (then back off quickly): what is measured is how the
+#: replica recovers, not how long the agents wait.
+AGENT_POLICY = ReconnectPolicy(startup_delay_max=0.0, reconnect_delay_max=0.1,
+                               backoff_initial=0.05, backoff_max=0.5)
 
 
-class GrpcAgent:
-    """The gRPC Sync stream on trio_typha's own h2 client, reconnecting."""
-
-    protocol = "grpc"
-
-    def __init__(self, name: str, port: int, arrivals: dict[str, float] | None) -> None:
-        self.name = name
-        self.port = port
-        self.view = SyncView()
-        self.arrivals = arrivals
-
-    @property
-    def kvs(self) -> dict[str, Any]:
-        return self.view.kvs
-
-    async def run(self) -> None:
-        while True:
-            with contextlib.suppress(GrpcError, OSError, trio.BrokenResourceError,
-                                     trio.ClosedResourceError):
-                stream = await grpc_client.open_stream("127.0.0.1", self.port)
-                async with stream:
-                    self.view = SyncView()
-                    async for event in grpc_client.sync(stream, "felix", hostname=self.name):
-                        grpc_client.apply_event(self.view, event)
-                        if self.arrivals is not None and isinstance(event,
-                                                                    grpc_client.Updates):
-                            _note(self.arrivals, (u.key for u in event.updates))
-            await trio.sleep(0.1)
+def chaos_agent(name: str, protocol: str, port: int,
+                arrivals: dict[str, float] | None) -> Agent:
+    """A felix agent of the test bed's fleet on ``protocol``, dialing the replica's port;
+    with ``arrivals``, it notes when each canary key first reached it."""
+    connector = Connector(StaticDiscovery([parse_address(f"127.0.0.1:{port}")]),
+                          AGENT_POLICY, random.Random(name))
+    return Agent(AgentSpec(name, protocol), connector,
+                 on_updates=partial(_note, arrivals) if arrivals is not None else None)
 
 
-def _note(arrivals: dict[str, float], keys: Any) -> None:
+def _note(arrivals: dict[str, float], agent: Agent, updates: Sequence[SerializedUpdate]
+          ) -> None:
     now = trio.current_time()
-    for key in keys:
-        if CANARY in key:
-            arrivals.setdefault(key, now)
+    for u in updates:
+        if CANARY in u.key:
+            arrivals.setdefault(u.key, now)
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -199,7 +160,7 @@ class Chaos:
         self.port = 0
         self.daemon: Daemon | None = None
         self._replica_scope: trio.CancelScope | None = None
-        self.agents: list[GobAgent | GrpcAgent] = []
+        self.agents: list[Agent] = []
         self.arrivals: dict[str, dict[str, float]] = {"typha": {}, "grpc": {}}
         self.churning = trio.Event()
         self.writes = 0
@@ -251,17 +212,19 @@ class Chaos:
 
     def start_fleet(self) -> None:
         for i in range(self.agents_per_protocol):
-            for cls in (GobAgent, GrpcAgent):
-                arrivals = self.arrivals[cls.protocol] if i == 0 else None
-                agent = cls(f"{cls.protocol}-{i}", self.port, arrivals)
+            for protocol in PROTOCOLS:
+                arrivals = self.arrivals[protocol] if i == 0 else None
+                agent = chaos_agent(f"{protocol}-{i}", protocol, self.port, arrivals)
                 self.agents.append(agent)
                 self.nursery.start_soon(agent.run)
 
     def holders(self) -> list[tuple[str, str, Any]]:
+        """The replica's caches, and every agent's state once it is in sync (until then
+        it holds nothing, as Felix applies nothing before its first in-sync)."""
         out: list[tuple[str, str, Any]] = []
         if self.daemon is not None:
             out += [(f"replica/{t}", t, self.daemon.pipelines[t]) for t in SYNCER_TYPES]
-        out += [(a.name, "felix", a) for a in self.agents]
+        out += [(a.spec.name, "felix", a.kvs if a.in_sync else {}) for a in self.agents]
         return out
 
     # -- datastore writes --
@@ -354,15 +317,15 @@ class EtcdBackend:
             await c.delete(f"/calico/resources/v3/projectcalico.org/globalnetworksets/gns-{i}")
         elif rng.random() < 0.8:
             nets = [f"10.{i}.{rng.randrange(256)}.0/24" for _ in range(rng.randrange(1, 4))]
-            await c.put_resource(_v3("GlobalNetworkSet", f"gns-{i}", {"nets": nets},
+            await c.put_resource(v3("GlobalNetworkSet", f"gns-{i}", {"nets": nets},
                                      labels={"gen": str(rng.randrange(1000))}))
         else:
-            await c.put_resource(_v3("GlobalNetworkPolicy", f"gnp-{i % 8}", {
+            await c.put_resource(v3("GlobalNetworkPolicy", f"gnp-{i % 8}", {
                 "order": rng.randrange(1000), "selector": f"gen == '{rng.randrange(9)}'",
                 "types": ["Ingress"], "ingress": [{"action": "Allow"}]}))
 
     async def canary(self, name: str) -> None:
-        await self.client.put_resource(_v3("GlobalNetworkSet", name, {"nets": ["10.255.0.1/32"]}))
+        await self.client.put_resource(v3("GlobalNetworkSet", name, {"nets": ["10.255.0.1/32"]}))
 
     def read(self) -> DatastoreContents:
         return read_etcd(f"http://127.0.0.1:{self.etcd.client_port}")
@@ -407,30 +370,13 @@ class KddBackend:
             if store.get(K.K8S_NETWORK_POLICY, "default", f"np-{i}") is not None:
                 store.delete(K.K8S_NETWORK_POLICY, "default", f"np-{i}")
         else:
-            store.put(K.K8S_NETWORK_POLICY, _k8s_policy(f"np-{i}", rng.randrange(1, 65535)))
+            store.put(K.K8S_NETWORK_POLICY, k8s_network_policy(f"np-{i}", port=rng.randrange(1, 65535)))
 
     async def canary(self, name: str) -> None:
-        self.srv.store.put(K.K8S_NETWORK_POLICY, _k8s_policy(name, 443))
+        self.srv.store.put(K.K8S_NETWORK_POLICY, k8s_network_policy(name, port=443))
 
     def read(self) -> DatastoreContents:
         return read_kubernetes(self.api_client, calico_group=CALICO_CRD_GROUP)
-
-
-def _k8s_policy(name: str, port: int) -> dict[str, Any]:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"podSelector": {"matchLabels": {"app": name}}, "policyTypes": ["Ingress"],
-                     "ingress": [{"ports": [{"protocol": "TCP", "port": port}]}]}}
-
-
-def _v3(kind: str, name: str, spec: dict[str, Any], *,
-        labels: dict[str, str] | None = None) -> dict[str, Any]:
-    md: dict[str, Any] = {"name": name,
-                          "uid": f"00000000-0000-4000-8000-{zlib.crc32(name.encode()):012d}",
-                          "creationTimestamp": "2025-01-01T00:00:00Z"}
-    if labels:
-        md["labels"] = labels
-    return {"apiVersion": V3, "kind": kind, "metadata": md, "spec": spec}
 
 
 # --- the faults -----------------------------------------------------------------------------
@@ -482,7 +428,7 @@ async def sigterm_snapshot_storm(env: Chaos) -> None:
     the middle of it, drains, and is started again."""
     async with trio.open_nursery() as storm:
         for i in range(20):
-            agent = (GobAgent if i % 2 else GrpcAgent)(f"storm-{i}", env.port, None)
+            agent = chaos_agent(f"storm-{i}", "typha" if i % 2 else "grpc", env.port, None)
             storm.start_soon(agent.run)
         await trio.sleep(env.rng.uniform(0.05, 0.3))
         await env.stop_replica()

@@ -35,7 +35,7 @@ import trio
 from testbed import churn as ch
 from testbed import invariant as inv
 from testbed.apiserver import ApiServer, open_apiserver
-from testbed.cluster import TYPHA_NAMESPACE, typha_endpoint_slice
+from testbed.cluster import TYPHA_NAMESPACE, k8s_node, typha_endpoint_slice
 from testbed.fleet import AgentGroup, AgentSpec, DiscoverySpec
 from testbed.replica import ReplicaProcess, free_port
 from trio_typha.client.discovery import ReconnectPolicy
@@ -198,12 +198,7 @@ RECONNECT_SPREAD = 0.5
 
 
 def _node(i: int) -> dict[str, Any]:
-    name = f"node-{i}"
-    ip = f"10.0.0.{10 + i}"
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
-                         "annotations": {"projectcalico.org/IPv4Address": f"{ip}/24"}},
-            "spec": {"podCIDR": f"192.168.{i}.0/24"},
-            "status": {"addresses": [{"type": "InternalIP", "address": ip}]}}
+    return k8s_node(f"node-{i}", f"10.0.0.{10 + i}", pod_cidr=f"192.168.{i}.0/24")
 
 
 @asynccontextmanager

@@ -8,11 +8,10 @@ from contextlib import asynccontextmanager
 import httpx
 import trio
 
+from tests.grpcio_sync import GrpcioSync
 from trio_typha.config import Config, load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.base import Datastore
-
-from .grpcio_sync import GrpcioSync
 
 # Hang protection only: every wait in these tests normally ends in well under a second.
 HANG = 30

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.grpcio_sync import GrpcioSync, grpcio_sync
+from testbed.cluster import v3, wep_name
 from tests.e2e.harness import HANG, converge, daemon_config, running_daemon, wait_readiness
 from tests.etcd_server import run_etcd
+from tests.grpcio_sync import GrpcioSync, grpcio_sync
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.model import kinds as K
@@ -26,26 +27,12 @@ from trio_typha.model.kv import SYNCER_TYPES
 
 pytestmark = pytest.mark.etcd
 
-V3 = "projectcalico.org/v3"
 V3_ROOT = "/calico/resources/v3/projectcalico.org"
-
-
-def v3(kind: str, name: str, spec: dict[str, Any], *, namespace: str = "",
-       labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    md: dict[str, Any] = {"name": name, "uid": f"00000000-0000-4000-8000-{len(name):012d}",
-                          "creationTimestamp": "2025-01-01T00:00:00Z"}
-    if namespace:
-        md["namespace"] = namespace
-    if labels:
-        md["labels"] = labels
-    return {"apiVersion": V3, "kind": kind, "metadata": md, "spec": spec, **extra}
 
 
 NODE = v3("Node", "node-1", {"bgp": {"ipv4Address": "10.0.0.11/24"},
                              "orchRefs": [{"nodeName": "node-1", "orchestrator": "k8s"}]})
-# libcalico names a WorkloadEndpoint <node>-<orchestrator>-<workload>-<endpoint>, with the
-# dashes inside each part doubled.
-WEP = v3("WorkloadEndpoint", "node--1-k8s-web--1-eth0",
+WEP = v3("WorkloadEndpoint", wep_name("node-1", "web-1"),
          {"orchestrator": "k8s", "node": "node-1", "workload": "", "pod": "web-1",
           "endpoint": "eth0", "interfaceName": "cali0123456789a",
           "ipNetworks": ["10.244.1.5/32"], "profiles": ["kns.prod"]},
@@ -190,7 +177,7 @@ async def test_v3_resources_updates_and_deletes_reach_each_syncers_client(
             await all_converge(syncers, d)
             with trio.fail_after(HANG):
                 await syncers["felix"].wait_until(lambda: syncers["felix"].pings >= 3)
-            assert all(s.ended is None for s in syncers.values())
+            assert all(s.end is None for s in syncers.values())
 
 
 def with_spec(obj: dict[str, Any], **spec: Any) -> dict[str, Any]:

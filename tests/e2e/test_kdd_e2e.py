@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from testbed.apiserver import ApiServer, open_apiserver
-from tests.e2e.grpcio_sync import GrpcioSync, grpcio_sync
+from testbed.cluster import k8s_network_policy, k8s_node
 from tests.e2e.harness import (
     HANG,
     converge,
@@ -33,6 +33,7 @@ from tests.e2e.harness import (
     running_daemon,
     wait_readiness,
 )
+from tests.grpcio_sync import GrpcioSync, grpcio_sync
 from trio_typha.config import Config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.k8s_config import load_kube_client_config
@@ -115,13 +116,9 @@ def pod(name: str, **labels: str) -> dict[str, Any]:
                                      "ports": [{"name": "http", "containerPort": 8080}]}]}}
 
 
-NODE_OBJ = {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE},
-                         "annotations": {"projectcalico.org/IPv4Address": "10.0.0.11/24"}},
-            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.11"}]}}
-KNP = {"metadata": {"name": "allow-web", "namespace": NS},
-       "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
-                "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "fe"}}}],
-                             "ports": [{"protocol": "TCP", "port": 8080}]}]}}
+NODE_OBJ = k8s_node(NODE, "10.0.0.11")
+KNP = k8s_network_policy("allow-web", namespace=NS, app="web", port=8080,
+                         from_labels={"role": "fe"})
 
 
 # --- the cluster under test -----------------------------------------------------------------
@@ -272,7 +269,7 @@ async def test_objects_updates_and_deletes_reach_grpcio_clients(
         # The pings sent all along were answered: both streams are still up.
         with trio.fail_after(HANG):
             await felix.wait_until(lambda: felix.pings >= 3)
-        assert felix.ended is None and bgp.ended is None
+        assert felix.end is None and bgp.end is None
         assert felix.status == bgp.status == pb.SYNC_STATUS_IN_SYNC
 
 
@@ -305,4 +302,4 @@ async def test_forbidden_kind_makes_readiness_503_until_access_returns(
             await felix.wait_until(has_all(felix, [WEP_KEY]))
         assert value(felix, WEP_KEY)["ipv4_nets"] == [f"{POD_IP}/32"]
         await converge(felix, c.daemon)
-        assert felix.ended is None  # the outage never touched the client's stream
+        assert felix.end is None  # the outage never touched the client's stream

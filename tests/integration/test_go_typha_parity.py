@@ -18,9 +18,9 @@ import pytest
 import trio
 
 from testbed.apiserver import open_apiserver
-from tests.e2e.grpcio_sync import grpcio_sync
 from tests.e2e.harness import HANG, daemon_config
 from tests.etcd_server import run_etcd
+from tests.grpcio_sync import grpcio_sync
 from trio_typha.cache.core import Breadcrumb
 from trio_typha.client.typha import TyphaClient
 from trio_typha.daemon import Daemon
@@ -218,7 +218,7 @@ async def test_hello_is_logged_at_info_on_both_protocols(
     grpc_line = next(line for line in lines if "hostname='grpc-node'" in line)
     gob_line = next(line for line in lines if "hostname='gob-node'" in line)
     assert "protocol=grpc client=127.0.0.1:" in grpc_line
-    assert "syncerType=felix clientVersion='e2e'" in grpc_line
+    assert "syncerType=felix clientVersion='test'" in grpc_line
     assert grpc_line.endswith("compression=none")
     assert "protocol=typha client=127.0.0.1:" in gob_line
     assert "syncerType=felix clientVersion='v3.32.1'" in gob_line

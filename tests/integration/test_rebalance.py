@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from testbed.apiserver import ApiServer, open_apiserver
+from testbed.cluster import Replica, k8s_node, typha_endpoint_slice
 from tests.e2e.harness import HANG, daemon_config, running_daemon
 from trio_typha.client import grpc as g
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
@@ -26,27 +27,21 @@ from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
 from trio_typha.model import kinds as K
-from trio_typha.model.endpoint_slices import SERVICE_NAME_LABEL
 from trio_typha.model.kv import SyncStatus
 
 NODE_PREFIX = "/calico/resources/v3/projectcalico.org/nodes/"
 
 
 def node(i: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i:04d}"}}
+    return k8s_node(f"node-{i:04d}")
 
 
 def typha_slice(name: str, addresses: list[str], *, service: str = "calico-typha",
                 port_name: str = "calico-typha", unready: int = 0) -> dict[str, Any]:
     """An EndpointSlice as the controller writes it; the last ``unready`` are not ready."""
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": name, "namespace": "kube-system",
-                         "labels": {SERVICE_NAME_LABEL: service}},
-            "addressType": "IPv4",
-            "ports": [{"name": port_name, "port": 5473, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [a], "nodeName": f"node-{i:04d}",
-                           "conditions": {"ready": i < len(addresses) - unready}}
-                          for i, a in enumerate(addresses)]}
+    return typha_endpoint_slice(
+        [Replica(f"typha-{i}", a, 5473, f"node-{i:04d}", ready=i < len(addresses) - unready)
+         for i, a in enumerate(addresses)], name=name, service=service, port_name=port_name)
 
 
 def set_slices(srv: ApiServer, *slices: dict[str, Any]) -> None:

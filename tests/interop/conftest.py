@@ -2,8 +2,8 @@
 
 * ``grpc_harness.server(...)`` runs CacheFeeds, a ServerContext and ``trio.serve_tcp`` on
   127.0.0.1 calling the real connection handler, inside the test's own nurseries.
-* ``grpc_harness.grpcio_client(...)`` is a grpcio ``Sync`` call running in a worker thread
-  (grpcio's sync API), with responses handed back to trio through a memory channel.
+* ``grpc_harness.grpcio_client(port, ...)`` is the tests' grpcio client
+  (:mod:`tests.grpcio_sync`) calling through the stubs generated from proto/typha.proto.
 * :class:`RawH2Client` frames HTTP/2 by hand (hyperframe + hpack) so tests can misbehave
   in ways a real client will not: never send WINDOW_UPDATE, never read, send garbage,
   and it keeps reading after GOAWAY (h2's own client state machine refuses to).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import queue
 import shutil
 import socket
 import struct
@@ -24,7 +23,6 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-import grpc
 import hpack
 import pytest
 import trio
@@ -40,6 +38,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
+from tests.grpcio_sync import ClientEnded, grpcio_sync
 from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus
 from trio_typha.protocols.grpc import typha_pb2 as pb
@@ -139,96 +138,6 @@ async def running_server(settings: ServerSettings | None = None, *,
         conn_nursery.cancel_scope.deadline = trio.current_time() + ctx.settings.drain_timeout + 10
         broadcasters.cancel_scope.cancel()
     assert not conn_nursery.cancel_scope.cancelled_caught, "connections did not drain"
-
-
-# --- grpcio client ------------------------------------------------------------------------
-
-class ClientEnded(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(code, details)
-        self.code = code
-        self.details = details
-
-
-class GrpcioSyncClient:
-    """A grpcio Sync call in a worker thread; ``await recv()`` yields SyncResponses."""
-
-    def __init__(self, stubs: ModuleType, port: int, *, syncer_type: str = "felix",
-                 auto_ack: bool = True, hostname: str = "test-host") -> None:
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = stubs.SyncStub(self.channel)
-        self.auto_ack = auto_ack
-        self.acks_sent = 0
-        self._requests: queue.Queue[pb.SyncRequest | None] = queue.Queue()
-        self._start = pb.SyncRequest(start=pb.SyncRequestStart(
-            syncer_type=syncer_type, hostname=hostname, version="test", client_conn_id=7))
-        self._send, self._recv = trio.open_memory_channel[Any](float("inf"))
-        self.call: Any = None
-
-    def _request_iter(self) -> Any:
-        yield self._start
-        while (req := self._requests.get()) is not None:
-            yield req
-
-    def _consume(self) -> None:
-        token_send = partial(trio.from_thread.run_sync, self._send.send_nowait)
-        try:
-            for resp in self.call:
-                if resp.WhichOneof("msg") == "ping" and self.auto_ack:
-                    self._requests.put(pb.SyncRequest(ack=pb.Ack(
-                        ping_id=resp.ping.id,
-                        ping_timestamp_unix_nanos=resp.ping.timestamp_unix_nanos)))
-                    self.acks_sent += 1
-                token_send(resp)
-            token_send(ClientEnded(grpc.StatusCode.OK, ""))
-        except grpc.RpcError as exc:
-            token_send(ClientEnded(exc.code(), exc.details() or ""))
-
-    async def recv(self) -> pb.SyncResponse:
-        """The next response; raises ClientEnded once the call is over."""
-        with trio.fail_after(20):
-            item = await self._recv.receive()
-        if isinstance(item, ClientEnded):
-            raise item
-        return item
-
-    async def recv_kind(self, kind: str, *, skip: Iterable[str] = ("ping",)) -> pb.SyncResponse:
-        """The next response of ``kind``, skipping only kinds listed in ``skip``."""
-        while True:
-            resp = await self.recv()
-            got = resp.WhichOneof("msg")
-            if got == kind:
-                return resp
-            assert got in skip, f"expected {kind}, got {got}"
-
-    async def ended(self) -> ClientEnded:
-        """Skip responses until the call ends; return how it ended."""
-        while True:
-            try:
-                await self.recv()
-            except ClientEnded as end:
-                return end
-
-    def cancel(self) -> None:
-        self.call.cancel()
-
-
-@contextlib.asynccontextmanager
-async def grpcio_client(stubs: ModuleType, port: int, **kwargs: Any
-                        ) -> AsyncIterator[GrpcioSyncClient]:
-    client = GrpcioSyncClient(stubs, port, **kwargs)
-    client.call = client.stub.Sync(client._request_iter())
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(trio.to_thread.run_sync, client._consume,
-                                       abandon_on_cancel=False))
-            try:
-                yield client
-            finally:
-                client.call.cancel()
-                client._requests.put(None)
-    finally:
-        client.channel.close()
 
 
 # --- raw HTTP/2 peer ----------------------------------------------------------------------
@@ -464,7 +373,7 @@ async def raw_connection(port: int, client: RawH2Client | None = None, *,
 def grpc_harness(sync_stubs: ModuleType) -> SimpleNamespace:
     return SimpleNamespace(
         server=running_server,
-        grpcio_client=partial(grpcio_client, sync_stubs),
+        grpcio_client=partial(grpcio_sync, stub=lambda channel: sync_stubs.SyncStub(channel).Sync),
         raw_connection=raw_connection,
         RawH2Client=RawH2Client,
         RawConnection=RawConnection,

@@ -1,20 +1,21 @@
-"""A real grpcio ``typha.v1.Sync`` client for the end-to-end tests, driven from trio.
+"""The tests' grpcio ``typha.v1.Sync`` client, driven from trio.
 
 grpcio's blocking API runs the call in a worker thread: the thread iterates the response
-stream, answers every ping with an ack (through the request iterator) and hands each response
-to the trio thread, which folds it into :attr:`GrpcioSync.kvs`.  All client state is only
-touched in the trio thread, so tests read it without locks and wait on it with
-:meth:`GrpcioSync.wait_until`.
+stream, answers every ping with an ack (through the request iterator) unless told not to, and
+hands each response to the trio thread.  There it is folded into :attr:`GrpcioSync.kvs` (and
+the stream's header, in-sync marker and status) and queued for :meth:`GrpcioSync.recv`, so a
+test can follow either the state (:meth:`~GrpcioSync.wait_until`) or the messages one by one.
+All client state is touched only in the trio thread: tests read it without locks.
 
-The stub is built by hand with ``channel.stream_stream`` and the checked-in ``typha_pb2``
-serializers: no generated ``_pb2_grpc`` module is needed.
+The stub is built with ``channel.stream_stream`` and the checked-in ``typha_pb2`` serializers;
+a test of the generated stubs passes ``stub=lambda channel: stubs.SyncStub(channel).Sync``.
 """
 
 from __future__ import annotations
 
 import queue
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -37,24 +38,41 @@ class Received:
     at: float  # time.monotonic() in the receiving thread
 
 
+class ClientEnded(Exception):
+    """How the call ended (raised by :meth:`GrpcioSync.recv` once it has)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(code, details)
+        self.code = code
+        self.details = details
+
+
 class GrpcioSync:
     """One grpcio Sync stream; see the module docstring.
 
     ``kvs`` is the key/value set the client has built (deletions applied), ``header`` and
     ``finished`` the stream's first messages, ``status`` the latest sync status, ``pings``
-    how many pings were answered and ``ended`` how the call ended (None while it runs).
+    how many pings arrived, ``acks_sent`` how many were answered, and ``end`` how the call
+    ended (None while it runs).
     """
 
-    def __init__(self, port: int, syncer_type: str, *, hostname: str = "e2e-host") -> None:
+    def __init__(self, port: int, syncer_type: str = "felix", *, hostname: str = "test-host",
+                 auto_ack: bool = True, stub: Callable[[grpc.Channel], Any] | None = None,
+                 recv_timeout: float = 20.0) -> None:
         self.syncer_type = syncer_type
+        self.auto_ack = auto_ack
+        self.recv_timeout = recv_timeout
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 64 << 20)])
-        self._method = self.channel.stream_stream(
+        self._method = stub(self.channel) if stub is not None else self.channel.stream_stream(
             SYNC_METHOD, request_serializer=pb.SyncRequest.SerializeToString,
             response_deserializer=pb.SyncResponse.FromString)
         self._start = pb.SyncRequest(start=pb.SyncRequestStart(
-            syncer_type=syncer_type, hostname=hostname, info="trio-typha e2e", version="e2e"))
+            syncer_type=syncer_type, hostname=hostname, info="trio-typha tests",
+            version="test", client_conn_id=7))
         self._requests: queue.SimpleQueue[pb.SyncRequest | None] = queue.SimpleQueue()
+        self._send, self._recv = trio.open_memory_channel[pb.SyncResponse | ClientEnded](
+            float("inf"))
         self.call: Any = None  # grpcio's response iterator (also a grpc.Call)
         self.kvs: dict[str, Received] = {}
         self.header: pb.Header | None = None
@@ -62,7 +80,8 @@ class GrpcioSync:
         self.status: int | None = None
         self.updates_received = 0
         self.pings = 0
-        self.ended: tuple[grpc.StatusCode, str] | None = None
+        self.acks_sent = 0
+        self.end: ClientEnded | None = None
         self._changed = trio.Event()
 
     # -- worker thread ----------------------------------------------------------------------
@@ -77,23 +96,23 @@ class GrpcioSync:
         assert self.call is not None
         try:
             for resp in self.call:
-                if resp.WhichOneof("msg") == "ping":
+                if resp.WhichOneof("msg") == "ping" and self.auto_ack:
                     self._requests.put(pb.SyncRequest(ack=pb.Ack(
                         ping_id=resp.ping.id,
                         ping_timestamp_unix_nanos=resp.ping.timestamp_unix_nanos)))
+                    self.acks_sent += 1
                 deliver(resp, time.monotonic())
-            deliver(None, (grpc.StatusCode.OK, ""))
+            deliver(ClientEnded(grpc.StatusCode.OK, ""), 0.0)
         except grpc.RpcError as exc:
-            deliver(None, (exc.code(), exc.details() or ""))
+            deliver(ClientEnded(exc.code(), exc.details() or ""), 0.0)
 
     # -- trio thread ------------------------------------------------------------------------
 
-    def _deliver(self, resp: pb.SyncResponse | None, info: object) -> None:
-        if resp is None:
-            assert isinstance(info, tuple)
-            self.ended = info
+    def _deliver(self, resp: pb.SyncResponse | ClientEnded, at: float) -> None:
+        self._send.send_nowait(resp)
+        if isinstance(resp, ClientEnded):
+            self.end = resp
         else:
-            assert isinstance(info, float)
             which = resp.WhichOneof("msg")
             if which == "header":
                 self.header = resp.header
@@ -104,7 +123,7 @@ class GrpcioSync:
                     if kv.deleted:
                         self.kvs.pop(kv.key, None)
                     else:
-                        self.kvs[kv.key] = Received(kv.value, kv.revision, info)
+                        self.kvs[kv.key] = Received(kv.value, kv.revision, at)
             elif which == "finished":
                 self.finished = resp.finished
                 self.status = resp.finished.sync_status
@@ -129,13 +148,43 @@ class GrpcioSync:
         ``trio.fail_after`` as hang protection.
         """
         while not condition():
-            if self.ended is not None:
-                raise AssertionError(f"{self.syncer_type} client's call ended: {self.ended}")
+            if self.end is not None:
+                raise AssertionError(f"{self.syncer_type} client's call ended: "
+                                     f"{self.end.code} {self.end.details}")
             await self._changed.wait()
+
+    async def recv(self) -> pb.SyncResponse:
+        """The next response not yet taken; raises :class:`ClientEnded` once the call is
+        over (bounded by ``recv_timeout``)."""
+        with trio.fail_after(self.recv_timeout):
+            item = await self._recv.receive()
+        if isinstance(item, ClientEnded):
+            raise item
+        return item
+
+    async def recv_kind(self, kind: str, *, skip: Iterable[str] = ("ping",)) -> pb.SyncResponse:
+        """The next response of ``kind``, skipping only kinds listed in ``skip``."""
+        while True:
+            resp = await self.recv()
+            got = resp.WhichOneof("msg")
+            if got == kind:
+                return resp
+            assert got in skip, f"expected {kind}, got {got}"
+
+    async def ended(self) -> ClientEnded:
+        """Skip responses until the call ends; how it ended."""
+        while True:
+            try:
+                await self.recv()
+            except ClientEnded as end:
+                return end
+
+    def cancel(self) -> None:
+        self.call.cancel()
 
 
 @asynccontextmanager
-async def grpcio_sync(port: int, syncer_type: str, **kwargs: str
+async def grpcio_sync(port: int, syncer_type: str = "felix", **kwargs: Any
                       ) -> AsyncIterator[GrpcioSync]:
     """Run a :class:`GrpcioSync` for the block; cancels the call and joins its thread after."""
     client = GrpcioSync(port, syncer_type, **kwargs)
