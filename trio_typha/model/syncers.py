@@ -52,9 +52,11 @@ log = logging.getLogger(__name__)
 REFUSED: tuple[type[Exception], ...] = (ValueError,)
 
 # Kinds whose decoded object is checked against its Go struct layout before conversion.
-# IPAM blocks and affinities are not: their CRD form differs from the v3 layout, and their
-# conversions read every field through the ``shape`` accessors.
-_SHAPE_CHECKED = frozenset(ROOTS) - {"IPAMBlock", "BlockAffinity"}
+_SHAPE_CHECKED = frozenset(ROOTS)
+# Kinds whose crd.projectcalico.org/v1 form has its own layout, internalapi's
+# (libcalico-go/lib/apis/crd.projectcalico.org/v1): a BlockAffinity's ``deleted`` is a
+# string there.
+_CRD_LAYOUT = frozenset({"IPAMBlock", "BlockAffinity"})
 
 
 class DatastoreMode(enum.Enum):
@@ -206,9 +208,11 @@ class _Converter:
                 v3.setdefault("kind", kind.kind)
                 v3.setdefault("apiVersion", "projectcalico.org/v3")
                 key_name = field_str(field_map(obj, "metadata"), "name")
-            if kind.kind in _SHAPE_CHECKED:
-                check_shape(ROOTS[kind.kind], v3)
             crd = kind.group == K.CALICO_CRD_GROUP
+            if kind.kind in _SHAPE_CHECKED:
+                layout = (f"{kind.kind}Internal" if crd and kind.kind in _CRD_LAYOUT
+                          else kind.kind)
+                check_shape(ROOTS[layout], v3)
             if self.mode is DatastoreMode.ETCD and key is not None:
                 # The etcd key names the resource; v3 values still go out as stored.
                 namespace, key_name = key

@@ -1,4 +1,5 @@
-"""What the BGP syncer does with a BlockAffinity's ``deleted`` of each JSON type, per form.
+"""What the syncers do with IPAM fields of each JSON type, per form: a BlockAffinity's
+``deleted`` (whose type differs between the forms) and an IPAMBlock's fields.
 
 Go's behaviour, stated here, read from Calico v3.32.1:
 
@@ -116,3 +117,27 @@ def test_a_refused_affinity_withdraws_only_itself() -> None:
     assert definition.convert(kind, _affinity(K.CALICO_CRD_GROUP, False)) == []
     assert definition.convert(kind, other) == [ConvertedKV(
         "/calico/ipam/v2/host/node-2/ipv4/block/10.244.2.0-26", SENT[False], "")]
+
+
+@pytest.mark.parametrize("group", [K.CALICO_CRD_GROUP, K.CALICO_V3_GROUP])
+@pytest.mark.parametrize(("field", "value"), [("deleted", "false"), ("deleted", 0),
+                                              ("sequenceNumber", "7"),
+                                              ("strictAffinity", "no")])
+def test_an_ipam_block_field_of_the_wrong_type_is_refused(
+        group: str, field: str, value: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """IPAMBlock's fields have the same JSON types in both forms
+    (``internalapi.IPAMBlockSpec``, ``api/pkg/apis/projectcalico/v3/ipamblocks.go``):
+    ``deleted`` a bool, which a string "false" must not pass for (it used to read as
+    true)."""
+    definition = syncer_definition("felix", DatastoreMode.KDD, calico_group=group)
+    kind = K.calico_kind("IPAMBlock", group)
+    block = {"apiVersion": f"{group}/{'v1' if group == K.CALICO_CRD_GROUP else 'v3'}",
+             "kind": "IPAMBlock", "metadata": {"name": "10-244-1-0-26"},
+             "spec": {"cidr": "10.244.1.0/26", "allocations": [None], "unallocated": [0],
+                      "attributes": [], "strictAffinity": False, "deleted": False}}
+    assert len(definition.convert(kind, block)) == 1
+    with caplog.at_level(logging.WARNING):
+        assert definition.convert(kind, {**block, "spec": {**block["spec"],
+                                                           field: value}}) == []
+    (warning,) = [r for r in caplog.records if r.name == "trio_typha.model.syncers"]
+    assert f"spec.{field}" in warning.getMessage()
