@@ -120,6 +120,18 @@ class ApiSurface:
             raise ValueError(f"{kind} is already served")
         return self._add(served(kind, builtin=False))
 
+    def uninstall(self, kind: K.ResourceKind) -> ServedKind:
+        """Stop serving the optional API ``kind``: it leaves discovery and its requests are
+        404 (its stored objects stay, for when it is installed again)."""
+        served_kind = self._by_key.pop((kind.group, kind.plural), None)
+        if served_kind is None or served_kind.builtin:
+            raise ValueError(f"{kind} is not an installed optional API")
+        self.kinds = tuple(k for k in self.kinds if k is not served_kind)
+        del self._by_path[(served_kind.group, served_kind.version, served_kind.plural)]
+        if not any(k.group == served_kind.group for k in self.kinds):
+            del self.versions[served_kind.group]
+        return served_kind
+
     def _add(self, kind: ServedKind) -> ServedKind:
         self.kinds += (kind,)
         self._by_path[(kind.group, kind.version, kind.plural)] = kind

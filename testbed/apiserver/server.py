@@ -157,6 +157,17 @@ class ApiServer:
         self.surface.install(kind)
         logger.info("apiserver: now serving %s", kind)
 
+    def uninstall(self, kind: ResourceKind) -> None:
+        """Stop serving the optional API ``kind`` and end its open watches, as an API server
+        that has lost the kind (its CRD deleted, or not yet loaded after a restart) answers:
+        every request for it is 404 until :meth:`install`.  Its stored objects are kept, as
+        a restart keeps them."""
+        served_kind = self.surface.uninstall(kind)
+        for handle in list(self.watches):
+            if handle.plan.cursor.kind is served_kind:
+                handle.drop(abrupt=False)
+        logger.info("apiserver: no longer serving %s", kind)
+
     # -- change notification (used by watch streams) ----------------------------------
 
     def changed_event(self) -> trio.Event:

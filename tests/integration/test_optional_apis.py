@@ -55,10 +55,10 @@ def vmim(name: str, phase: str) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def felix_on(server: ApiServer) -> AsyncIterator[Daemon]:
+async def felix_on(server: ApiServer, *, watch_poll: float = 5.0) -> AsyncIterator[Daemon]:
     config = KubeClientConfig(server=server.url, source="test")
     tuning = WatchTuning(min_watch_interval=0.01, backoff_initial=0.02, backoff_max=0.2,
-                         missing_kind_recheck=RECHECK)
+                         missing_kind_recheck=RECHECK, empty_rv_poll=watch_poll)
     async with open_kubernetes_datastore(config, tuning=tuning) as ds, \
             daemon_on(ds) as daemon:
         yield daemon
@@ -148,9 +148,45 @@ async def test_served_apis_are_listed_watched_and_withdrawn_like_go() -> None:
                                        "metadata": server.store.get(
                                            VMIM, "default", "listed")["metadata"]})
             await until_published(daemon, LM_KEY.format("listed"), present=False)
+            server.store.delete(VMIM, "default", "pending")  # a deletion withdraws it too
+            await until_published(daemon, LM_KEY.format("pending"), present=False)
 
             # A policy whose tier no longer converts is a tombstone: its key is deleted.
             server.store.update(CNP, {**cnp("listed", tier="Developer"),
                                       "metadata": server.store.get(CNP, "", "listed")
                                       ["metadata"]})
             await until_published(daemon, CNP_KEY.format("listed"), present=False)
+
+
+async def test_an_api_that_goes_away_keeps_what_it_served_until_listed_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Go's watcher cache neither deletes nor re-sends on a 404: a refused watch is followed
+    by a list a WatchPollInterval later, a refused list leaves the cache as it is, and the
+    list that succeeds again sends only the differences (``finishResync``)."""
+    caplog.set_level(logging.DEBUG, "trio_typha.datastore.k8s_watch")
+    async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
+                              cluster_network_policy=True) as server:
+        server.store.create(CNP, cnp("kept"))
+        server.store.create(CNP, cnp("gone"))
+        log = RequestLog(server)
+        async with felix_on(server, watch_poll=0.2) as daemon:
+            before = published(daemon)
+            assert {CNP_KEY.format("kept"), CNP_KEY.format("gone")} <= before.keys()
+            await log.wait_until(lambda: bool(log.watches(CNP)))
+            lists = len(log.lists(CNP))
+            server.uninstall(CNP)
+            # The watch is re-established, refused, and a list follows (refused too).
+            await log.wait_until(lambda: len(log.lists(CNP)) > lists)
+            await log.wait_until(lambda: len(log.lists(CNP)) > lists + 1)  # the recheck
+            said = [r.getMessage() for r in caplog.records]
+            assert f"Watch of {CNP} is not served (404); listing it again in 0.2s" in said
+            assert f"{CNP} is not served by the API server (404); listing it again in " \
+                f"{RECHECK:g}s" in said
+            assert {k: u.value for k, u in published(daemon).items()} == \
+                {k: u.value for k, u in before.items()}
+            server.store.delete(CNP, "", "gone")
+            server.install(CNP)
+            await until_published(daemon, CNP_KEY.format("gone"), present=False)
+            assert CNP_KEY.format("kept") in published(daemon)
+        assert not any(r.levelno > logging.INFO for r in caplog.records
+                       if r.name.startswith("trio_typha.datastore"))
