@@ -39,7 +39,8 @@ def _fuzz_one(name: str, seconds: float, corpus: str | None, rss_mb: int) -> Non
 
 
 #: The targets in tests/fuzz/targets.py (not imported here: see _fuzz_one).
-TARGETS = ("gob_decoder", "gob_session", "grpc_framing", "h2_core")
+TARGETS = ("kdd_watch_stream", "kdd_list", "etcd_watch_stream", "etcd_range", "gob_decoder",
+           "gob_session", "grpc_framing", "h2_core")
 
 
 def main() -> int:

@@ -7,6 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.datastore.etcd_state import EtcdSyncState
+from trio_typha.datastore.events import ResourceEvent
+from trio_typha.datastore.k8s_errors import MalformedResponse
+from trio_typha.datastore.k8s_listbody import split_list
+from trio_typha.datastore.k8s_profile_watch import ProfileStamps
+from trio_typha.datastore.k8s_reflector import KindReflector, WatchErrorEvent
+from trio_typha.datastore.k8s_stream import LineDecoder, parse_watch_event
+from trio_typha.model import kinds as K
+from trio_typha.model.syncers import DatastoreMode, SyncerDefinition, syncer_definition
 from trio_typha.protocols.gob.codec import NEED_DATA, Decoder, GobError
 from trio_typha.protocols.gob.messages import ENVELOPE, REGISTRY
 from trio_typha.protocols.gob.session import ServerSession
@@ -79,6 +89,82 @@ def h2_core(data: bytes) -> None:
     assert core.buffered_bytes <= 1 << 20
 
 
+# The datastore decoders: whatever a datastore (or a proxy in its place) sends, the
+# result is events (converted by the syncers that watch them, which refuse bad objects
+# themselves) or the decoder's declared error, which the watch loops answer with a warning
+# and a relist or a new watch.  Small line limits so that "too long" is reachable.
+
+_KDD_KINDS = (K.POD, K.NAMESPACE, K.calico_kind("GlobalNetworkPolicy", K.CALICO_CRD_GROUP))
+_ETCD_KINDS = tuple(K.calico_kind(k) for k in ("GlobalNetworkPolicy", "Profile",
+                                                "WorkloadEndpoint", "IPAMBlock"))
+_DEFINITIONS: dict[DatastoreMode, SyncerDefinition] = {}
+
+
+def _convert(mode: DatastoreMode, events: list[object]) -> None:
+    definition = _DEFINITIONS.get(mode)
+    if definition is None:
+        group = K.CALICO_CRD_GROUP if mode is DatastoreMode.KDD else K.CALICO_V3_GROUP
+        definition = _DEFINITIONS[mode] = syncer_definition("felix", mode, calico_group=group)
+    for ev in events:
+        if isinstance(ev, ResourceEvent) and ev.obj is not None:
+            definition.convert(ev.kind, ev.obj, key=(ev.namespace, ev.name))
+
+
+def kdd_watch_stream(data: bytes) -> None:
+    """A Kubernetes watch stream, in pieces, through a reflector of one kind (the chunking
+    byte's top bits pick it)."""
+    kind = _KDD_KINDS[data[0] // 64 % len(_KDD_KINDS)] if data else K.POD
+    reflector = KindReflector(kind, profile=ProfileStamps())
+    reflector.resume_rv = "1"
+    decoder = LineDecoder(max_line=4096)
+    try:
+        for piece in _pieces(data):
+            for line in decoder.feed(piece):
+                event = parse_watch_event(line)
+                if event is not None:
+                    _convert(DatastoreMode.KDD, list(reflector.watched(event)))
+        tail = decoder.close()
+        if (event := parse_watch_event(tail)) is not None:
+            _convert(DatastoreMode.KDD, list(reflector.watched(event)))
+    except (MalformedResponse, WatchErrorEvent):
+        pass
+
+
+def kdd_list(data: bytes) -> None:
+    """A Kubernetes list response, decoded item by item into a reflector's events."""
+    reflector = KindReflector(K.POD)
+    try:
+        head, items = split_list(data, "fuzz list")
+        _convert(DatastoreMode.KDD, list(reflector.stream_listed(items, "7")))
+    except MalformedResponse:
+        pass
+
+
+def etcd_watch_stream(data: bytes) -> None:
+    """etcd's gateway watch stream: each line a watch message, applied to the sync state."""
+    state = EtcdSyncState(_ETCD_KINDS)
+    decoder = LineDecoder(max_line=4096)
+    try:
+        for piece in _pieces(data):
+            for line in decoder.feed(piece):
+                if line.strip():
+                    _convert(DatastoreMode.ETCD,
+                             list(state.watched(gw.decode_watch_message(line))))
+    except (gw.EtcdProtocolError, gw.EtcdGatewayError, MalformedResponse):
+        pass
+
+
+def etcd_range(data: bytes) -> None:
+    """An etcd range reply listed as each kind's objects."""
+    state = EtcdSyncState(_ETCD_KINDS)
+    try:
+        page = gw.decode_range(gw.parse_json(data))
+        for kind in _ETCD_KINDS:
+            _convert(DatastoreMode.ETCD, state.listed(kind, page.kvs, page.header))
+    except (gw.EtcdProtocolError, gw.EtcdGatewayError):
+        pass
+
+
 # --- seed inputs: valid streams for the fuzzer to mutate --------------------------------
 
 def _gob_client_stream() -> bytes:
@@ -104,8 +190,64 @@ def _h2_client_stream() -> bytes:
     return client.data_to_send()
 
 
+def _kdd_watch_lines() -> bytes:
+    import json
+
+    pod = {"metadata": {"name": "web", "namespace": "prod", "resourceVersion": "5",
+                        "uid": "11111111-2222-3333-4444-555555555555", "labels": {"a": "b"}},
+           "spec": {"nodeName": "node-1", "containers": [{"name": "c", "ports": [
+               {"containerPort": 80, "name": "http"}]}]},
+           "status": {"podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}],
+                      "phase": "Running"}}
+    lines = [{"type": "ADDED", "object": pod},
+             {"type": "MODIFIED", "object": {**pod, "metadata": {**pod["metadata"],
+                                                                  "resourceVersion": "6"}}},
+             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+             {"type": "DELETED", "object": pod},
+             {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                          "details": {"causes": [{"reason": "x"}]}}}]
+    return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+
+
+def _etcd_lines() -> bytes:
+    import base64
+    import json
+
+    def b64(b: bytes) -> str:
+        return base64.b64encode(b).decode()
+
+    gnp = b'{"kind":"GlobalNetworkPolicy","metadata":{"name":"p"},"spec":{"order":1}}'
+    key = b"/calico/resources/v3/projectcalico.org/globalnetworkpolicies/p"
+    events = [{"kv": {"key": b64(key), "value": b64(gnp), "mod_revision": "5"}},
+              {"type": "DELETE", "kv": {"key": b64(key), "mod_revision": "6"}}]
+    return b"".join(json.dumps(x).encode() + b"\n" for x in [
+        {"result": {"header": {"revision": "4"}, "created": True}},
+        {"result": {"header": {"revision": "6"}, "events": events}},
+        {"error": {"grpc_code": 11, "message": "compacted"}}])
+
+
+def _etcd_range_reply() -> bytes:
+    first = _etcd_lines().split(b"\n")[1]
+    import json
+
+    result = json.loads(first)["result"]
+    return json.dumps({"header": result["header"], "kvs": [result["events"][0]["kv"]],
+                       "more": False, "count": "1"}).encode()
+
+
 def seeds(name: str) -> list[bytes]:
     """Inputs to start ``name`` from (each with a chunking byte in front)."""
+    if name == "kdd_watch_stream":
+        return [bytes([step + 64 * kind]) + _kdd_watch_lines() for step in (0, 7, 63)
+                for kind in range(len(_KDD_KINDS))]
+    if name == "kdd_list":
+        return [b'{"kind":"PodList","metadata":{"resourceVersion":"7"},"items":['
+                + _kdd_watch_lines().split(b"\n")[0][len(b'{"type": "ADDED", "object": '):-1]
+                + b"]}"]
+    if name == "etcd_watch_stream":
+        return [bytes([step]) + _etcd_lines() for step in (0, 7, 63)]
+    if name == "etcd_range":
+        return [_etcd_range_reply()]
     if name.startswith("gob"):
         stream = _gob_client_stream()
     elif name == "grpc_framing":
@@ -116,6 +258,10 @@ def seeds(name: str) -> list[bytes]:
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
+    "kdd_watch_stream": kdd_watch_stream,
+    "kdd_list": kdd_list,
+    "etcd_watch_stream": etcd_watch_stream,
+    "etcd_range": etcd_range,
     "gob_decoder": gob_decoder,
     "gob_session": gob_session,
     "grpc_framing": grpc_framing,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.jsonload import loads
 from .etcd_errors import EtcdGatewayError, EtcdProtocolError
 
 RANGE_PATH = "/v3/kv/range"
@@ -193,8 +194,8 @@ def _list(obj: Mapping[str, Any], field: str) -> list[Any]:
 
 def parse_json(data: bytes | str) -> Any:
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return loads(data)
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, JSONTooDeep
         raise EtcdProtocolError(f"response is not JSON: {exc}") from None
 
 

@@ -14,12 +14,12 @@ the object :func:`trio_typha.model.ipam.etcd_v1_object` describes.  Pure functio
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
 from ..model import ipam
+from ..model.jsonload import loads
 from ..model.kinds import CALICO_V3_GROUP, ResourceKind, calico_kind
 from .etcd_gateway import prefix_end
 
@@ -158,8 +158,8 @@ def decode_resource(kind: ResourceKind, value: bytes) -> dict[str, Any]:
     if is_v1_layout(kind):
         raise ValueError(f"{kind.kind} is stored as the v1 model: use decode_value")
     try:
-        obj = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        obj = loads(value)
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, JSONTooDeep
         raise ValueError(f"value is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"value is JSON {type(obj).__name__}, not an object")

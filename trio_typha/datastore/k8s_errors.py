@@ -52,9 +52,11 @@ class StatusInfo:
         code = obj.get("code")
         details = obj.get("details")
         causes = details.get("causes") if isinstance(details, dict) else None
-        return cls(code if isinstance(code, int) else 0, str(obj.get("reason", "")),
-                   str(obj.get("message", "")),
-                   tuple(str(c.get("reason", "")) for c in causes or () if isinstance(c, dict)))
+        if not isinstance(causes, list):
+            causes = []
+        return cls(code if isinstance(code, int) and not isinstance(code, bool) else 0,
+                   str(obj.get("reason", "")), str(obj.get("message", "")),
+                   tuple(str(c.get("reason", "")) for c in causes if isinstance(c, dict)))
 
     @property
     def expired(self) -> bool:

@@ -55,9 +55,13 @@ def split_list(body: bytes, what: str) -> tuple[dict[str, Any], Iterator[Any]]:
             i = _ws(text, i)
             if text[i:i + 1] == ",":
                 i = _ws(text, i + 1)
-    except ValueError as exc:
-        raise MalformedResponse(f"{what}: response is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise MalformedResponse(f"{what}: response is not JSON: {_brief(exc)}") from exc
     return _whole(body, what)  # no items member (or garbage): as json.loads decides
+
+
+def _brief(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _ws(text: str, i: int) -> int:
@@ -120,7 +124,7 @@ def _items(text: str, i: int, head: dict[str, Any], what: str) -> Iterator[Any]:
             i = _ws(text, i)
         if text[i:i + 1] != "}" or _ws(text, i + 1) != len(text):
             raise MalformedResponse(f"{what}: response is not JSON: '}}' expected at {i}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         if isinstance(exc, MalformedResponse):
             raise
-        raise MalformedResponse(f"{what}: response is not JSON: {exc}") from exc
+        raise MalformedResponse(f"{what}: response is not JSON: {_brief(exc)}") from exc

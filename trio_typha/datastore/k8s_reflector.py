@@ -150,7 +150,9 @@ class KindReflector:
                 or not isinstance(rev, str) or not rev):
             raise MalformedResponse(f"{self.kind} object without metadata.name/resourceVersion")
         ns = md.get("namespace") or ""
-        return str(ns), name, rev
+        if not isinstance(ns, str):
+            raise MalformedResponse(f"{self.kind} {name}: metadata.namespace is not a string")
+        return ns, name, rev
 
     def _mark_synced(self) -> list[DatastoreEvent]:
         if self.synced:

@@ -66,7 +66,11 @@ class WatchEvent:
 
     @property
     def resource_version(self) -> str:
-        return str(self.object.get("metadata", {}).get("resourceVersion", ""))
+        """The object's ``metadata.resourceVersion`` (``""`` if it has none);
+        :func:`parse_watch_event` has checked that both have the right types."""
+        md = self.object.get("metadata")
+        rv = md.get("resourceVersion") if isinstance(md, dict) else None
+        return rv if isinstance(rv, str) else ""
 
 
 def parse_watch_event(line: bytes) -> WatchEvent | None:
@@ -80,8 +84,18 @@ def parse_watch_event(line: bytes) -> WatchEvent | None:
     if not isinstance(doc, dict):
         raise MalformedResponse(f"watch event is not a JSON object: {line[:200]!r}")
     etype, obj = doc.get("type"), doc.get("object")
-    if etype not in WATCH_EVENT_TYPES:
+    if not isinstance(etype, str) or etype not in WATCH_EVENT_TYPES:
         raise MalformedResponse(f"unknown watch event type {etype!r}")
     if not isinstance(obj, dict):
         raise MalformedResponse(f"{etype} watch event has no object")
+    if etype != "ERROR":
+        # The object's identity and version are read from here on: check their types now.
+        md = obj.get("metadata")
+        if not isinstance(md, dict):
+            raise MalformedResponse(f"{etype} watch event: metadata is not an object: "
+                                    f"{line[:200]!r}")
+        rv = md.get("resourceVersion")
+        if rv is not None and not isinstance(rv, str):
+            raise MalformedResponse(f"{etype} watch event: resourceVersion is not a string: "
+                                    f"{line[:200]!r}")
     return WatchEvent(etype, obj)

@@ -163,9 +163,12 @@ class KindWatcher:
             metadata = page.get("metadata") or {}
             if not isinstance(metadata, dict):
                 raise MalformedResponse(f"list of {self.kind}: metadata is not an object")
-            token = metadata.get("continue") or None
+            token, rv_now = metadata.get("continue") or None, metadata.get("resourceVersion")
+            if not isinstance(token, str | None) or not isinstance(rv_now, str | None):
+                raise MalformedResponse(f"list of {self.kind}: metadata.continue or "
+                                        f"metadata.resourceVersion is not a string")
             if token is None:
-                return pages, str(metadata.get("resourceVersion") or "")
+                return pages, rv_now or ""
 
     async def _not_served(self) -> None:
         """404: the kind's API (typically a CRD) is not installed: synced, recheck later.
@@ -250,6 +253,12 @@ class KindWatcher:
                 await self._failed("watch", exc)
                 return
             error = exc
+        except MalformedResponse as exc:
+            # The same event would come again on a resumed watch: list instead, which
+            # sends what changed (nothing is lost); the failure is reported until it works.
+            self.reflector.expire(gone=False)
+            await self._failed("watch", exc)
+            return
         except K8sError as exc:
             error = exc
         silent = self.check.silent_for(trio.current_time())

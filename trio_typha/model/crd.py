@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .shape import as_map, field_map, field_str
+from .shape import as_map, as_str, field_map, field_str
 
 METADATA_ANNOTATION = "projectcalico.org/metadata"
 _POLICY_KINDS = frozenset({"GlobalNetworkPolicy", "NetworkPolicy", "StagedGlobalNetworkPolicy",
@@ -76,8 +76,9 @@ def crd_to_v3(kind: str, cr: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         return key_name, obj
 
     try:
-        stored = json.loads(annotations[METADATA_ANNOTATION])
-    except ValueError as e:
+        stored = json.loads(as_str(annotations[METADATA_ANNOTATION],
+                                   f"metadata.annotations[{METADATA_ANNOTATION!r}]"))
+    except (ValueError, RecursionError) as e:
         raise CRDConversionError(f"invalid {METADATA_ANNOTATION} annotation: {e}") from None
     if not isinstance(stored, dict):
         raise CRDConversionError(f"invalid {METADATA_ANNOTATION} annotation")

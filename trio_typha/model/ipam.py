@@ -211,7 +211,7 @@ def etcd_v1_object(kind: str, key: str, raw: bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw.decode("utf-8", errors="surrogateescape"),
                            parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"value is not JSON: {exc}") from None
     return {"apiVersion": "projectcalico.org/v3", "kind": kind, "metadata": {"name": key},
             ETCD_V1_VALUE: value}

@@ -37,8 +37,14 @@ def _long_digit_run(data: bytes | str) -> bool:
     return _LONG_RUN in raw.translate(_DIGITS_TO_ZERO)
 
 
+class JSONTooDeep(ValueError):
+    """A text nested deeper than the decoder's recursion allows (``json.loads`` raises
+    RecursionError, which is no decoding error to its callers)."""
+
+
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
-    """``json.loads(data)``: the same value or the same exception, faster."""
+    """``json.loads(data)``: the same value or the same exception, faster; a text nested
+    too deeply for ``json.loads`` raises :class:`JSONTooDeep`."""
     if isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
     if len(data) <= LARGE and not _long_digit_run(data):
@@ -46,4 +52,7 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise JSONTooDeep("JSON nested too deeply to decode") from None

@@ -126,7 +126,10 @@ def go_unmarshal(text: str) -> Any:
     """Parse JSON the way Go's ``Unmarshal`` accepts it (no NaN/Infinity literals)."""
     def _reject(name: str) -> Any:
         raise ValueError(f"invalid JSON literal {name}")
-    return json.loads(text, parse_constant=_reject)
+    try:
+        return json.loads(text, parse_constant=_reject)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to decode") from None
 
 
 def go_unmarshal_string_map(text: str) -> dict[str, str] | None:
