@@ -25,7 +25,7 @@ from trio_typha.daemon import Daemon
 from trio_typha.datastore.churn import Churn
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
-from trio_typha.workers import wire as wire
+from trio_typha.upstream import wire
 
 
 async def breadcrumbs(cluster: str, writes: int) -> list[Breadcrumb]:

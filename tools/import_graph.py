@@ -33,9 +33,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("syncer",),
     ("sessions",),
     ("protocols",),
-    ("server", "client"),
+    ("server", "client", "upstream"),
     ("workers",),
-    ("daemon",),
+    ("serving",),
+    ("daemon", "follower"),
     ("cli",),
     ("__main__",),
 )

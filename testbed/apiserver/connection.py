@@ -12,17 +12,14 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import h11
 import trio
 
-from .api import Request, Response, WatchPlan
+from .api import Api, Request, Response, WatchPlan
 from .status import ApiError, internal_error, too_large_body
 from .watch import error_line
-
-if TYPE_CHECKING:
-    from .server import ApiServer
 
 logger = logging.getLogger("testbed.apiserver")
 
@@ -50,10 +47,24 @@ class WatchHandle:
         self.scope.cancel()
 
 
+class Host(Protocol):
+    """What a connection uses of the server it belongs to (:class:`~.server.ApiServer`)."""
+
+    api: Api
+    latency: float
+    bookmark_interval: float
+
+    def changed_event(self) -> trio.Event: ...
+
+    def watch_opened(self, handle: WatchHandle) -> None: ...
+
+    def watch_closed(self, handle: WatchHandle) -> None: ...
+
+
 class Connection:
     """Serves requests from one client stream until either side closes it."""
 
-    def __init__(self, server: ApiServer, stream: trio.abc.Stream, peer: str) -> None:
+    def __init__(self, server: Host, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
         self.stream = stream
         self.peer = peer

@@ -1,7 +1,7 @@
 """ServerWorkers: worker processes share the port and follow the primary's caches.
 
 Real processes: the primary (this test's daemon, memory datastore) starts its workers with
-``python -m trio_typha.workers.pool``; the primary accepts on the port and passes each
+``python -m trio_typha.follower``; the primary accepts on the port and passes each
 socket to the least-loaded process (SCM_RIGHTS), and the workers follow the primary over
 its private Unix socket.  Clients are Typha gob clients (snappy and legacy) and gRPC
 clients.
@@ -24,8 +24,8 @@ from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
 from trio_typha.protocols.gob import encode_once as gob_encodings
+from trio_typha.upstream.wire import ENCODINGS
 from trio_typha.workers.control import METRICS
-from trio_typha.workers.wire import ENCODINGS
 
 SETTLE = 30  # bound for every wait below (polls: the workers are other processes)
 

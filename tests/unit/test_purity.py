@@ -59,8 +59,8 @@ PURE = [
     "trio_typha.sessions.settings",
     "trio_typha.server.sniff",
     "trio_typha.cpus",
+    "trio_typha.upstream.wire",
     "trio_typha.workers.control",
-    "trio_typha.workers.wire",
     "trio_typha.syncer.gcpause",
     "trio_typha.syncer.tracker",
 ]

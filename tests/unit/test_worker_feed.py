@@ -1,4 +1,4 @@
-"""The primary's side of the worker feed (workers/pool.serve_worker_feed), in memory and in
+"""The primary's side of the worker feed (upstream/serve.serve_follower), in memory and in
 virtual time: what a worker reads mirrors the cache, and a worker that stops reading is cut
 off after the write timeout."""
 
@@ -9,8 +9,8 @@ import trio.testing
 
 from trio_typha.cache.feed import CacheFeed
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
-from trio_typha.workers import wire as wire
-from trio_typha.workers.pool import serve_worker_feed
+from trio_typha.upstream import wire
+from trio_typha.upstream.serve import serve_follower
 
 
 def upd(key: str, value: bytes | None) -> SerializedUpdate:
@@ -43,7 +43,7 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
     mirror = CacheFeed("felix", max_batch_size=2)
     async with trio.open_nursery() as nursery:
         share = [250]
-        nursery.start_soon(serve_worker_feed, {"felix": primary}, encodings, 120.0,
+        nursery.start_soon(serve_follower, {"felix": primary}, encodings, 120.0,
                            lambda: share[0], server)
         await worker.send_all(wire.encode_hello("felix"))
         decoder = wire.Decoder()
@@ -81,7 +81,7 @@ async def test_a_worker_that_reads_nothing_is_cut_off_after_the_write_timeout(
         nursery.start_soon(worker.send_all, wire.encode_hello("felix"))
         with trio.fail_after(200):
             start = trio.current_time()
-            await serve_worker_feed({"felix": primary}, wire.encodings_for("all"), 60.0,
+            await serve_follower({"felix": primary}, wire.encodings_for("all"), 60.0,
                                     lambda: 1, server)
         assert 60.0 <= trio.current_time() - start < 61.0
         nursery.cancel_scope.cancel()
@@ -93,5 +93,5 @@ async def test_a_peer_that_is_no_worker_is_closed(autojump_clock) -> None:
         server, worker = trio.testing.memory_stream_pair()
         await worker.send_all(hello)
         with trio.fail_after(30):
-            await serve_worker_feed({"felix": primary}, (), 60.0, lambda: 1, server)
+            await serve_follower({"felix": primary}, (), 60.0, lambda: 1, server)
         assert await worker.receive_some(100) == b""

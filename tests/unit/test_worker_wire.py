@@ -11,7 +11,7 @@ from trio_typha.cache.core import SnapshotCache
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.gob import encode_once as gob
 from trio_typha.protocols.grpc import encode_once as grpc
-from trio_typha.workers import wire as wire
+from trio_typha.upstream import wire
 
 text = st.text(max_size=40)
 updates = st.builds(

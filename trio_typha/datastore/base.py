@@ -5,17 +5,26 @@ events: every object it lists (``ResourceEvent``), ``KindSynced`` once a kind's 
 list is complete, then changes.  A relist (after a dropped watch, a 410 or an etcd
 compaction) must send only the differences from what it already sent.  ``Connection`` events
 report reachability so the pipeline can report sync status and readiness like Typha.
+
+What a process may ask of a datastore besides its events is part of the protocol too, with
+defaults for a datastore that has none of it: the datastore subclasses :class:`Datastore`
+and overrides what it has.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ..model.kinds import ResourceKind
+from ..model.kinds import CALICO_V3_GROUP, ResourceKind
+from ..model.syncers import DatastoreMode
 from .events import Connection, DatastoreEvent, KindSynced, ResourceEvent
+
+if TYPE_CHECKING:
+    from .k8s_api import KubeApi
+    from .stall import WatchBoard
 
 __all__ = ["Connection", "Datastore", "DatastoreEvent", "KindSynced", "ResourceEvent",
            "hand_over"]
@@ -25,6 +34,36 @@ class Datastore(Protocol):
     """Something the pipelines can list-watch."""
 
     name: str
+
+    @property
+    def mode(self) -> DatastoreMode:
+        """How Calico's model reads this datastore's objects (KDD or etcd)."""
+        return DatastoreMode.KDD
+
+    @property
+    def calico_group(self) -> str:
+        """The API group of Calico's resources (passed to the model's conversions)."""
+        return CALICO_V3_GROUP
+
+    @property
+    def watches(self) -> WatchBoard | None:
+        """Each running watch stream's progress, if this datastore keeps it (readiness and
+        ``typha_watch_progress_age_seconds`` show it)."""
+        return None
+
+    @property
+    def kube_api(self) -> KubeApi | None:
+        """The Kubernetes API this datastore talks to, if any (KDD initialization and
+        connection rebalancing reuse it)."""
+        return None
+
+    async def probe(self) -> str | None:
+        """Why the datastore cannot be reached at all, or None (the start-up check)."""
+        return None
+
+    async def aclose(self) -> None:
+        """Release what the datastore holds (its watches have been cancelled)."""
+        return None
 
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",

@@ -36,8 +36,9 @@ import trio
 from ..backoff import Backoff
 from ..config import Config
 from ..model.kinds import ResourceKind
+from ..model.syncers import DatastoreMode
 from . import etcd_gateway as gw
-from .base import Connection, DatastoreEvent, hand_over
+from .base import Connection, Datastore, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
 from .etcd_client import EtcdClient
 from .etcd_config import EtcdConfig
@@ -58,7 +59,7 @@ class _Compacted(Exception):
     """The range's pinned revision was compacted while we were paging: list again."""
 
 
-class EtcdDatastore:
+class EtcdDatastore(Datastore):
     """List-watches Calico v3 resources stored in etcd.
 
     ``keepalive_interval``/``request_timeout`` bound how long a dead etcd goes unnoticed;
@@ -68,6 +69,7 @@ class EtcdDatastore:
     """
 
     name = "etcdv3"
+    mode = DatastoreMode.ETCD
 
     def __init__(self, config: EtcdConfig, *, page_size: int = 500,
                  request_timeout: float = 10.0, keepalive_interval: float = 10.0,
@@ -83,8 +85,12 @@ class EtcdDatastore:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.stall_deadline = stall_deadline
-        self.watches = WatchBoard(trio.current_time)
+        self._watches = WatchBoard(trio.current_time)
         self._rng = rng or random.Random()
+
+    @property
+    def watches(self) -> WatchBoard:
+        return self._watches
 
     @classmethod
     def from_config(cls, cfg: Config, **kwargs: Any) -> EtcdDatastore:

@@ -25,7 +25,7 @@ import trio
 
 from ..config import Config
 from ..model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, ResourceKind
-from .base import DatastoreEvent
+from .base import Datastore, DatastoreEvent
 from .k8s_api import KubeApi, served_groups_blocking
 from .k8s_config import KubeClientConfig, load_kube_client_config
 from .k8s_errors import K8sError
@@ -76,7 +76,7 @@ def _decided(configured: str | None, served: set[str] | None) -> str:
     return group
 
 
-class KubernetesDatastore:
+class KubernetesDatastore(Datastore):
     """List-watches resource kinds on a Kubernetes API server (see the module docstring)."""
 
     name = "kubernetes"
@@ -85,13 +85,21 @@ class KubernetesDatastore:
                  tuning: WatchTuning | None = None,
                  random: Callable[[], float] | None = None) -> None:
         self.api = api
-        self.calico_group = calico_group
+        self._calico_group = calico_group
         self.tuning = tuning or WatchTuning()
         self._random = random or _random.Random().random
-        #: progress of every running watch, as ``<name>/<plural>``
-        self.watches = WatchBoard(trio.current_time)
+        self._watches = WatchBoard(trio.current_time)
         #: Calico's profile-watcher state of each running :meth:`watch`, by its ``name``
         self.profile_stamps: dict[str, ProfileStamps] = {}
+
+    @property
+    def calico_group(self) -> str:
+        return self._calico_group
+
+    @property
+    def watches(self) -> WatchBoard:
+        """Progress of every running watch, as ``<name>/<plural>``."""
+        return self._watches
 
     @classmethod
     def from_config(cls, cfg: Config, *, tuning: WatchTuning | None = None,
@@ -121,6 +129,10 @@ class KubernetesDatastore:
         tuning = tuning or WatchTuning()
         return cls(KubeApi(config, stall_deadline=tuning.stall_deadline), calico_group=group,
                    tuning=tuning, random=random)
+
+    @property
+    def kube_api(self) -> KubeApi:
+        return self.api
 
     async def aclose(self) -> None:
         """Close the HTTP connections (watches must have been cancelled)."""

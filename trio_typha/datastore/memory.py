@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from ..model.kinds import ResourceKind, kind_for
-from .base import DatastoreEvent, KindSynced, hand_over
+from .base import Datastore, DatastoreEvent, KindSynced, hand_over
 from .known import KnownObjects
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class MemoryDatastore:
+class MemoryDatastore(Datastore):
     """List-watches a :class:`MemoryStore` for a pipeline."""
 
     name = "memory"

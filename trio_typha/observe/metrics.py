@@ -8,8 +8,7 @@ one process.  Per-syncer series exist for all four syncer types from the start, 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -101,11 +100,6 @@ class Metrics:
             "typha_breadcrumb_encodings_built", "Breadcrumb delta encodings this process has "
             "built, by encoding (each is built once per breadcrumb; ServerWorkers workers "
             "send the primary's and build none).", ["encoding"], registry=r)
-        from ..cache.core import MEMO_BUILDS
-        from ..workers.wire import ENCODINGS
-        for e in ENCODINGS:
-            self.encodings_built.labels(encoding=e.name).set_function(
-                partial(MEMO_BUILDS.__getitem__, e.memo_key))
         self.ping_latency = QuantileSummary(
             "typha_ping_latency", "Round-trip ping latency to client.", ["syncer"], registry=r)
         self.kvs_per_msg = QuantileSummary(
@@ -138,6 +132,12 @@ class Metrics:
                 if isinstance(metric, MetricWrapperBase | QuantileSummary) \
                         and "syncer" in metric._labelnames:
                     metric.labels(syncer=syncer)
+
+    def count_encodings(self, built: Mapping[str, Callable[[], float]]) -> None:
+        """``typha_breadcrumb_encodings_built``: how many of each encoding (by name) this
+        process has built, read from ``built`` at each scrape."""
+        for name, count in built.items():
+            self.encodings_built.labels(encoding=name).set_function(count)
 
     def exposition(self) -> bytes:
         """Text exposition with Typha's exact counter names.

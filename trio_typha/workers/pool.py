@@ -3,11 +3,12 @@
 With ``ServerWorkers=N`` (N > 1) the daemon (the *primary*) keeps the one datastore watch,
 the pipelines and the caches, and serves clients itself; N - 1 worker processes serve a
 share of the connections: the primary alone listens on the port and passes each new
-socket to the least-loaded process over its control socket (:mod:`.handoff`).  Each worker mirrors the primary's caches from
-a private feed on a Unix socket, one connection per syncer type (:mod:`.wire`): per
-breadcrumb the updates, so it builds its own snapshots, and the primary's encodings of it,
-which its clients are sent as they are; it never watches the datastore and encodes no
-delta.  The primary supervises them: a worker that dies
+socket to the least-loaded process over its control socket (:mod:`.handoff`).  Each
+worker is a follower (:mod:`trio_typha.follower`): it mirrors the primary's caches from a
+private feed on a Unix socket, one connection per syncer type
+(:mod:`trio_typha.upstream`): per breadcrumb the updates, so it builds its own snapshots,
+and the primary's encodings of it, which its clients are sent as they are; it never
+watches the datastore and encodes no delta.  The primary supervises them: a worker that dies
 is started again (its clients reconnect, and the primary fills it up first), and
 health, readiness, metrics and ``/connections`` of the primary cover every worker.
 
@@ -24,150 +25,22 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import trio
 
-from ..cache.build import THREAD_BUILD_SIZE
-from ..cache.feed import CacheFeed
 from ..config import Config
-from ..model.kv import SyncStatus
 from . import control as c
-from . import wire
-from .channel import ChannelClosed, ControlSocket, WorkerLink
+from .channel import WorkerLink
 
 log = logging.getLogger(__name__)
 
 #: Pause before starting a worker again after it died.
 RESTART_DELAY = 1.0
-#: How long the primary waits for a worker connection's hello.
-HELLO_TIMEOUT = 10.0
-#: How often the primary's feed looks for a new connection limit to hand its workers.
-LIMIT_CHECK_INTERVAL = 1.0
-
-
-# ---- worker side --------------------------------------------------------------------------
-
-
-class ReplicaPipeline:
-    """A worker's stand-in for a syncer pipeline: the primary's cache, mirrored from its feed.
-
-    Has what the daemon uses of :class:`~trio_typha.syncer.pipeline.SyncerPipeline`.
-    ``run`` reports started once the primary's snapshot is in the cache, so the worker
-    opens its port with the primary's state, not an empty one.
-    """
-
-    def __init__(self, syncer_type: str, feed: CacheFeed, upstream: str) -> None:
-        self.syncer_type = syncer_type
-        self.feed = feed
-        self.upstream = upstream
-        self.failing: dict[Any, str] = {}
-        self.pending_events = 0
-        self.channel_size = 0
-        #: Called with this worker's share of the replica's connection limit.
-        self.on_limit: Callable[[int], None] | None = None
-
-    @property
-    def ready(self) -> bool:
-        return self.feed.status is SyncStatus.IN_SYNC and not self.failing
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> None:
-        try:
-            stream = await trio.open_unix_socket(self.upstream)
-        except OSError as exc:
-            log.error("Worker: cannot reach the primary at %s (%s); exiting", self.upstream, exc)
-            os.kill(os.getpid(), signal.SIGTERM)
-            task_status.started()
-            return
-        try:
-            await stream.send_all(wire.encode_hello(self.syncer_type))
-            await self._follow(stream, task_status)
-        except (wire.WireError, trio.BrokenResourceError, OSError) as exc:
-            self.failing[None] = f"lost the primary: {exc}"
-            log.error("Worker: feed from the primary ended (%s); exiting", exc)
-        finally:
-            await stream.aclose()
-        # Without the primary this worker's cache goes stale: end the process (the primary
-        # starts a new one, or is gone itself).
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    async def _follow(self, stream: trio.abc.Stream, task_status: trio.TaskStatus[None]
-                      ) -> None:
-        decoder = wire.Decoder()
-        feed = self.feed
-        seq: int | None = None
-        started = False
-        while data := await stream.receive_some(1 << 20):
-            decoder.feed(data)
-            for record in decoder:
-                now = trio.current_time()
-                if isinstance(record, wire.Crumb):
-                    if seq is not None and record.seq != seq + 1:
-                        raise wire.WireError(f"breadcrumb {record.seq} after {seq}")
-                    seq = record.seq
-                    feed.append(record.updates, record.status, now - record.age, record.memo)
-                elif isinstance(record, wire.Limit):
-                    if self.on_limit is not None:
-                        self.on_limit(record.connections)
-                elif isinstance(record, wire.Snapshot) and not started:
-                    feed.append(record.updates, record.status, now - record.age)
-                    started = True
-                    task_status.started()
-                else:
-                    raise wire.WireError(f"unexpected {type(record).__name__} record")
-        raise trio.BrokenResourceError("the primary closed the feed")
-
-
-class Upstream:
-    """The worker's 'datastore': the primary."""
-
-    name = "primary"
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
-def worker_main() -> None:
-    """``python -m trio_typha.workers.pool``: a worker process (started by the primary).
-
-    Its stdin is its end of the control channel (:mod:`.channel`): the START record says
-    how to run, and the channel's EOF says the primary is gone (the worker drains then).
-    """
-    from ..config import early_log_level
-    from ..daemon import Daemon
-    from ..logs import setup_logging
-    setup_logging(early_log_level())
-
-    async def main() -> int:
-        control = ControlSocket(socket.socket(fileno=sys.stdin.fileno()))
-        try:
-            start = await control.receive()
-        except (ChannelClosed, c.ControlError) as exc:
-            log.error("Worker: no start record from the primary (%s); exiting", exc)
-            return 2
-        if not isinstance(start, c.Start):
-            log.error("Worker: the primary began with %s, not START; exiting",
-                      type(start).__name__)
-            return 2
-        cfg = start.config
-        setup_logging(cfg.log_severity_screen)
-        daemon = Daemon(cfg, upstream=start.upstream, listen_port=start.port,
-                        handle_signals=True, control=control)
-        try:
-            await daemon.run()
-        finally:
-            control.close()
-        return 0
-
-    sys.exit(trio.run(main))
 
 
 # ---- primary side -------------------------------------------------------------------------
@@ -300,7 +173,7 @@ class WorkerPool:
         try:
             # The worker's stdin is its end of the channel.
             proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "trio_typha.workers.pool"], stdin=theirs.fileno())
+                [sys.executable, "-m", "trio_typha.follower"], stdin=theirs.fileno())
         except BaseException:
             ours.close()
             raise
@@ -327,65 +200,6 @@ class WorkerPool:
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
-
-
-async def serve_worker_feed(feeds: Mapping[str, CacheFeed],
-                            encodings: tuple[wire.Encoding, ...], write_timeout: float,
-                            share: Callable[[], int], stream: trio.abc.Stream) -> None:
-    """The primary's side of one worker connection: a snapshot, then every breadcrumb.
-
-    Each breadcrumb's record (its updates and its encodings for the enabled protocols) is
-    built once however many workers there are; several published since the last write
-    go in one write, each still its own record.  A worker that takes no bytes for
-    ``write_timeout`` (ServerWriteTimeoutSecs) is cut off: it exits and is started again,
-    rather than holding the chain of breadcrumbs behind it in the primary's memory.
-    ``share()`` is the worker's share of the connection limit, sent whenever it changes.
-    """
-    decoder = wire.Decoder(max_record=4096)
-    hello: wire.Record | str | None = None
-    with trio.move_on_after(HELLO_TIMEOUT):
-        try:
-            while hello is None and (data := await stream.receive_some(4096)):
-                decoder.feed(data)
-                hello = next(iter(decoder), None)
-        except (wire.WireError, trio.BrokenResourceError) as exc:
-            hello = str(exc)
-    if not isinstance(hello, wire.Hello) or hello.syncer_type not in feeds:
-        log.error("Worker feed: no valid hello (%s); closing", hello)
-        await trio.aclose_forcefully(stream)
-        return
-    feed = feeds[hello.syncer_type]
-    crumb = feed.snapshot_point()
-    snapshot = crumb.snapshot()
-    encode = partial(wire.encode_snapshot, crumb.status, 0.0, snapshot)
-    try:
-        # A large snapshot is encoded off the event loop (as the clients' snapshots are).
-        data = (await trio.to_thread.run_sync(encode) if len(snapshot) >= THREAD_BUILD_SIZE
-                else encode())
-        with trio.fail_after(write_timeout):
-            await stream.send_all(data)
-        sent_limit: int | None = None
-        while True:
-            with trio.move_on_after(LIMIT_CHECK_INTERVAL):
-                await feed.wait_published(crumb)
-            records = []
-            if (limit := share()) != sent_limit:
-                records.append(wire.encode_limit(limit))
-                sent_limit = limit
-            now = trio.current_time()
-            while crumb.next is not None:
-                crumb = crumb.next
-                records.append(wire.encode_crumb(crumb, now - crumb.origin, encodings))
-            if records:
-                with trio.fail_after(write_timeout):
-                    await stream.send_all(b"".join(records))
-    except trio.TooSlowError:
-        log.error("Worker feed for %s: the worker took nothing for %.0fs; cutting it off",
-                  hello.syncer_type, write_timeout)
-    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-        log.info("Worker feed for %s ended: %s", hello.syncer_type, exc)
-    finally:
-        await trio.aclose_forcefully(stream)
 
 
 def aggregate_exposition(own: str, others: list[str]) -> str:
@@ -421,6 +235,3 @@ def _fmt(value: float) -> str:
     text: str = floatToGoString(value)
     return text
 
-
-if __name__ == "__main__":
-    worker_main()

@@ -25,6 +25,7 @@ from .codec_types import (
     UINT,
     UINT8,
     Basic,
+    DecoderView,
     Field,
     GobEncoded,
     GobError,
@@ -41,6 +42,6 @@ from .codec_types import (
 
 __all__ = [
     "BOOL", "BYTES", "FLOAT64", "INT", "INTERFACE", "NEED_DATA", "SMALL_UINT", "STRING", "UINT",
-    "UINT8", "Basic", "Decoder", "Encoder", "Field", "GobEncoded", "GobError", "GoType", "Named",
+    "UINT8", "Basic", "Decoder", "DecoderView", "Encoder", "Field", "GobEncoded", "GobError", "GoType", "Named",
     "Registry", "Slice", "Struct", "TypeIds", "WireType", "encode_int", "encode_uint",
 ]

@@ -10,10 +10,7 @@ peer.  The gob primitives (uints, ints, strings) live here too, as both directio
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .codec_decode import Decoder
+from typing import Any, Protocol
 
 FIRST_USER_ID = 64
 MAX_TYPE_ID = (1 << 31) - 1
@@ -31,6 +28,15 @@ class GobError(ValueError):
 
 EncodeFn = Callable[[bytearray, Any], None]
 DecodeFn = Callable[[Any], Any]
+
+
+class DecoderView(Protocol):
+    """What a struct's hand-written decoder may use of the decoder it is built for
+    (:class:`~.codec_decode.Decoder`)."""
+
+    def decode_interface(self, r: Any) -> Any:
+        """An interface value at the cursor ``r``."""
+        ...
 
 # --------------------------------------------------------------------------------------
 # Primitive encodings
@@ -122,7 +128,7 @@ class Struct(GoType):
 
     def __init__(self, name: str, fields: Sequence[Field], make: Callable[..., Any], *,
                  fast_encode: EncodeFn | None = None,
-                 fast_decode: Callable[[Decoder], DecodeFn] | None = None) -> None:
+                 fast_decode: Callable[[DecoderView], DecodeFn] | None = None) -> None:
         super().__init__(name)
         self.fields = tuple(fields)
         self.make = make

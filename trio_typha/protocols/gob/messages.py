@@ -24,7 +24,7 @@ from .codec import (
     STRING,
     UINT,
     UINT8,
-    Decoder,
+    DecoderView,
     Field,
     GobEncoded,
     GobError,
@@ -164,7 +164,7 @@ def _encode_update(out: bytearray, u: SerializedUpdate) -> None:
     out.append(0)
 
 
-def _update_decoder(decoder: Decoder) -> Callable[[Any], SerializedUpdate]:
+def _update_decoder(decoder: DecoderView) -> Callable[[Any], SerializedUpdate]:
     """Decoder for a peer whose SerializedUpdate definition matches ours exactly.
 
     Works on the cursor's buffer directly for the common one-byte lengths and deltas and
