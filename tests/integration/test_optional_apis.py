@@ -178,6 +178,11 @@ async def test_an_api_that_goes_away_keeps_what_it_served_until_listed_again(
             # The watch is re-established, refused, and a list follows (refused too).
             await log.wait_until(lambda: len(log.lists(CNP)) > lists)
             await log.wait_until(lambda: len(log.lists(CNP)) > lists + 1)  # the recheck
+            # Both lists ask for no older state than the watch had reached (Go keeps its
+            # watch revision through a 404: it relisted at the last watch's, here too).
+            watched_at = log.watches(CNP)[-1]["resourceVersion"]
+            assert [q["resourceVersion"] for q in log.lists(CNP)[lists:lists + 2]] == \
+                [watched_at, watched_at]
             said = [r.getMessage() for r in caplog.records]
             assert f"Watch of {CNP} is not served (404); listing it again in 0.2s" in said
             assert f"{CNP} is not served by the API server (404); listing it again in " \

@@ -8,6 +8,11 @@ node).  A second table says which REST resources each of those is read from in K
 (the resource clients ``libcalico-go/lib/backend/k8s/client.go`` ``NewKubeClient``
 registers) and which key space in etcd mode.  A Calico release that watches something new
 shows up here as one failing row.
+
+Both tables were also checked by running Calico's code built from v3.32.1: each syncer's
+constructor with a client that records its List calls gave exactly these ListInterfaces
+for all sixteen rows, and Calico's KDD client on the test bed API server listed exactly these
+REST resources for the eight KDD rows.
 """
 
 from __future__ import annotations
