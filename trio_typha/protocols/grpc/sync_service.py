@@ -5,10 +5,9 @@ start message, for room in the stream, for the next breadcrumb (update sender), 
 next ping time (pinger) and for the pong deadline (pong watcher).  Whatever ends the
 session is raised as :class:`GrpcError` and turned into trailers by the connection.
 
-A caught-up session on a stream that can send without waiting takes a seat at its
-syncer's broadcast (:mod:`trio_typha.cache.fanout`): the round then queues each new
-breadcrumb's shared message bytes on the stream and writes them out, and the update sender
-sleeps until the round hands the stream back (the socket was busy or the stream backed up).
+A caught-up session takes a seat at its syncer's broadcast (:mod:`trio_typha.cache.fanout`):
+the round then queues each new breadcrumb's shared message bytes on the stream and writes
+them out, and the update sender sleeps until the round hands the stream back (the socket was busy or the stream backed up).
 """
 
 from __future__ import annotations
@@ -51,13 +50,18 @@ class MessageStream(Protocol):
         """Queue one framed response message, waiting while the stream is backed up."""
         ...
 
+    def send_nowait(self, message: bytes) -> bool:
+        """Queue one framed response message and write it at once if the socket is free;
+        False, sending nothing, if it is not (the broadcast round's send)."""
+        ...
+
 
 class _GrpcSeat(Seat):
     """A Sync session's seat at the broadcast: all-or-nothing sends of whole messages."""
 
     def __init__(self, stream: MessageStream, session: SyncSession, info: Session) -> None:
         super().__init__()
-        self._send = getattr(stream, "send_nowait")  # noqa: B009 (optional in the protocol)
+        self._send = stream.send_nowait
         self._session = session
         self._info = info
         self.handed_back = trio.Event()
@@ -147,10 +151,10 @@ async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: Syn
 async def _send_updates(stream: MessageStream, session: SyncSession, feed: CacheFeed,
                         crumb: Breadcrumb, info: Session, metrics: SyncerMetrics) -> None:
     """Follow the breadcrumbs forever: one update message per breadcrumb, then its status."""
-    seat = _GrpcSeat(stream, session, info) if hasattr(stream, "send_nowait") else None
+    seat = _GrpcSeat(stream, session, info)
     try:
         while True:
-            if (seat is not None and crumb.next is None and feed.broadcasting
+            if (crumb.next is None and feed.broadcasting
                     and feed.broadcast.join(seat, crumb)):
                 seat.handed_back = trio.Event()
                 await seat.handed_back.wait()
@@ -162,8 +166,7 @@ async def _send_updates(stream: MessageStream, session: SyncSession, feed: Cache
                 continue
             crumb = await _send_next(stream, session, feed, crumb, info, metrics)
     finally:
-        if seat is not None:
-            feed.broadcast.leave(seat)
+        feed.broadcast.leave(seat)
 
 
 async def _send_next(stream: MessageStream, session: SyncSession, feed: CacheFeed,
