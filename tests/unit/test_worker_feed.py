@@ -82,7 +82,7 @@ async def test_a_worker_that_reads_nothing_is_cut_off_after_the_write_timeout(
         with trio.fail_after(200):
             start = trio.current_time()
             await serve_follower({"felix": primary}, wire.encodings_for("all"), 60.0,
-                                    lambda: 1, server)
+                                 lambda: 1, server)
         assert 60.0 <= trio.current_time() - start < 61.0
         nursery.cancel_scope.cancel()
 
