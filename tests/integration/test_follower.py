@@ -38,8 +38,14 @@ async def test_a_follower_mirrors_the_upstream_and_notices_it_going(tmp_path: Pa
     primary.set_status(SyncStatus.IN_SYNC)
     mirror = CacheFeed("felix")
     limits: list[int] = []
+    limited = trio.Event()
     lost = trio.Event()
-    pipeline = FollowerPipeline("felix", mirror, UpstreamFeed(path), on_limit=limits.append,
+
+    def on_limit(connections: int) -> None:
+        limits.append(connections)
+        limited.set()
+
+    pipeline = FollowerPipeline("felix", mirror, UpstreamFeed(path), on_limit=on_limit,
                                 on_lost=lost.set)
     assert pipeline.heartbeat is None and not pipeline.ready
     with trio.fail_after(20):
@@ -60,8 +66,7 @@ async def test_a_follower_mirrors_the_upstream_and_notices_it_going(tmp_path: Pa
             # The upstream's encodings, not ones built here.
             for e in wire.encodings_for("all"):
                 assert mine.memo(e.memo_key, lambda _: b"built here") == e.build(crumb)
-            while not limits:
-                await trio.sleep(0.05)
+            await limited.wait()
             assert limits == [7]
             upstream.cancel()  # the upstream goes away
             await lost.wait()
