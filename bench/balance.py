@@ -120,7 +120,8 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
                     by[r.get("worker", 0)] += 1
             return by
 
-        # Workers' rows reach the primary once a second.
+        # The primary asks its workers for their rows on each request; two equal reads
+        # apart say the clients have stopped arriving.
         def settle() -> Any:
             return settled(counts, 1.2)
 
