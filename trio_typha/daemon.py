@@ -236,7 +236,9 @@ class Daemon(ServingProcess[SyncerPipeline]):
                     1, -(-cfg.max_connections // self.server_workers)),
                 max_connections_lower_limit=1)
             self.workers = WorkerPool(worker_cfg, count=count, upstream=path,
-                                      port=self.ports["server"])
+                                      port=self.ports["server"], share=self._worker_share)
+            assert self.governor is not None
+            self.governor.on_limit = self.workers.limit_changed
             self.health.register("workers", lambda: Report(
                 live=True, ready=self.workers is not None and self.workers.ready,
                 detail=self.workers.detail() if self.workers is not None else ""))
@@ -244,7 +246,7 @@ class Daemon(ServingProcess[SyncerPipeline]):
                 await nursery.start(partial(
                     trio.serve_listeners,
                     partial(serve_follower, self.ctx.feeds, encodings,
-                            self.settings.write_timeout, self._worker_share),
+                            self.settings.write_timeout),
                     [trio.SocketListener(sock)]))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])

@@ -52,8 +52,7 @@ class Follower(ServingProcess[FollowerPipeline]):
         return self.upstream.name
 
     def make_pipeline(self, syncer_type: str, feed: CacheFeed) -> FollowerPipeline:
-        return FollowerPipeline(syncer_type, feed, self.upstream, on_limit=self._set_limit,
-                                on_lost=self.shutdown)
+        return FollowerPipeline(syncer_type, feed, self.upstream, on_lost=self.shutdown)
 
     async def start_first(self, nursery: trio.Nursery) -> None:
         await nursery.start(self.link.run)

@@ -215,6 +215,14 @@ async def workers_send_the_primarys_encodings(
     documents = await daemon.workers.documents()
     assert sorted(documents) == [1, 2]
     assert all(doc["connection_limit"] == 3334 for doc in documents.values())
+    # A new limit for the replica (as Kubernetes rebalancing sets it) reaches every worker
+    # on its control channel: its new share.
+    assert daemon.governor is not None
+    daemon.governor.set_limit(900)
+    with trio.fail_after(SETTLE):
+        while {doc["connection_limit"] for doc in documents.values()} != {300}:
+            await trio.sleep(0.05)
+            documents = await daemon.workers.documents()
     # Byte for byte: a worker's client got the primary's encodings of these breadcrumbs.
     on_worker = {row["hostname"] for row in doc["connections"] if row.get("worker")}
     checked = 0

@@ -17,20 +17,15 @@ def upd(key: str, value: bytes | None) -> SerializedUpdate:
     return SerializedUpdate(key, value, revision="1")
 
 
-async def read_records(stream: trio.abc.Stream, decoder: wire.Decoder, n: int,
-                       limits: list[int] | None = None) -> list[wire.Record]:
-    """The next ``n`` records that are not Limit (those go to ``limits``)."""
+async def read_records(stream: trio.abc.Stream, decoder: wire.Decoder, n: int
+                       ) -> list[wire.Record]:
+    """The next ``n`` records."""
     out: list[wire.Record] = []
     while len(out) < n:
         data = await stream.receive_some(1 << 16)
         assert data, "the feed ended early"
         decoder.feed(data)
-        for record in decoder:
-            if isinstance(record, wire.Limit):
-                assert limits is not None, record
-                limits.append(record.connections)
-            else:
-                out.append(record)
+        out.extend(decoder)
     return out
 
 
@@ -42,9 +37,7 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
     encodings = wire.encodings_for("all")
     mirror = CacheFeed("felix", max_batch_size=2)
     async with trio.open_nursery() as nursery:
-        share = [250]
-        nursery.start_soon(serve_follower, {"felix": primary}, encodings, 120.0,
-                           lambda: share[0], server)
+        nursery.start_soon(serve_follower, {"felix": primary}, encodings, 120.0, server)
         await worker.send_all(wire.encode_hello("felix"))
         decoder = wire.Decoder()
         (snapshot,) = await read_records(worker, decoder, 1)
@@ -53,8 +46,7 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
         mirror.append(snapshot.updates, snapshot.status)
         published = primary.apply([upd("/a", b"1"), upd("/c", b"3"), upd("/b", None)])
         # The no-op on /a was dropped by the primary; what is published is mirrored as is.
-        limits: list[int] = []
-        records = await read_records(worker, decoder, len(published), limits)
+        records = await read_records(worker, decoder, len(published))
         for record, crumb in zip(records, published, strict=True):
             assert isinstance(record, wire.Crumb)
             assert (record.seq, record.updates) == (crumb.seq, crumb.updates)
@@ -62,13 +54,6 @@ async def test_a_worker_mirrors_the_cache_with_the_primarys_bytes(autojump_clock
             for e in encodings:
                 assert mine.memo(e.memo_key, lambda _: b"not the primary's") == e.build(crumb)
         assert mirror.cache.values_by_key() == primary.cache.values_by_key()
-        # The worker's share of the connection limit: sent at once, and again on a change.
-        assert limits == [250]
-        share[0] = 40
-        await trio.sleep(2)
-        primary.apply([upd("/d", b"4")])
-        await read_records(worker, decoder, 1, limits)
-        assert limits == [250, 40]
         nursery.cancel_scope.cancel()
 
 
@@ -81,8 +66,7 @@ async def test_a_worker_that_reads_nothing_is_cut_off_after_the_write_timeout(
         nursery.start_soon(worker.send_all, wire.encode_hello("felix"))
         with trio.fail_after(200):
             start = trio.current_time()
-            await serve_follower({"felix": primary}, wire.encodings_for("all"), 60.0,
-                                 lambda: 1, server)
+            await serve_follower({"felix": primary}, wire.encodings_for("all"), 60.0, server)
         assert 60.0 <= trio.current_time() - start < 61.0
         nursery.cancel_scope.cancel()
 
@@ -93,5 +77,5 @@ async def test_a_peer_that_is_no_worker_is_closed(autojump_clock) -> None:
         server, worker = trio.testing.memory_stream_pair()
         await worker.send_all(hello)
         with trio.fail_after(30):
-            await serve_follower({"felix": primary}, (), 60.0, lambda: 1, server)
+            await serve_follower({"felix": primary}, (), 60.0, server)
         assert await worker.receive_some(100) == b""

@@ -42,11 +42,6 @@ def test_hello_round_trips(syncer_type: str) -> None:
     assert decode_all(wire.encode_hello(syncer_type)) == [wire.Hello(syncer_type)]
 
 
-@given(st.integers(0, 0xFFFFFFFF))
-def test_limit_round_trips(connections: int) -> None:
-    assert decode_all(wire.encode_limit(connections)) == [wire.Limit(connections)]
-
-
 @given(statuses, st.floats(allow_nan=False), update_lists, st.integers(1, 50))
 def test_snapshot_round_trips_in_any_pieces(status: SyncStatus, age: float,
                                             kvs: tuple[SerializedUpdate, ...],

@@ -56,12 +56,16 @@ class Governor:
         self.on_drop = on_drop
         #: Beaten every tick: the SyncServer liveness reporter, as Typha's governor loop.
         self.heartbeat = Heartbeat()
+        #: Called after the limit changes (the primary hands its workers their new share).
+        self.on_limit: Callable[[], None] | None = None
 
     def set_limit(self, limit: int) -> None:
         if limit != self.limit:
             log.info("New target number of connections oldMax=%d newMax=%d currentNum=%d",
                      self.limit, limit, self.connections.load)
             self.limit = limit
+            if self.on_limit is not None:
+                self.on_limit()
 
     @property
     def share(self) -> int:

@@ -46,21 +46,18 @@ class UpstreamFeed:
 class FollowerPipeline:
     """One syncer type's cache, mirrored from an :class:`UpstreamFeed`.
 
-    ``on_limit`` is called with each connection limit the upstream sends (a worker's share
-    of the replica's); ``on_lost`` once the feed cannot be reached or has ended: without it
+    ``on_lost`` is called once the feed cannot be reached or has ended: without it
     the cache goes stale, and the process decides what that means (a worker ends).
     """
 
     heartbeat = None
 
     def __init__(self, syncer_type: str, feed: CacheFeed, upstream: UpstreamFeed, *,
-                 on_limit: Callable[[int], None] | None = None,
                  on_lost: Callable[[], None] | None = None) -> None:
         self.syncer_type = syncer_type
         self.feed = feed
         self.upstream = upstream
         self.failing: dict[Any, str] = {}
-        self.on_limit = on_limit
         self.on_lost = on_lost
 
     @property
@@ -106,9 +103,6 @@ class FollowerPipeline:
                         raise wire.WireError(f"breadcrumb {record.seq} after {seq}")
                     seq = record.seq
                     feed.append(record.updates, record.status, now - record.age, record.memo)
-                elif isinstance(record, wire.Limit):
-                    if self.on_limit is not None:
-                        self.on_limit(record.connections)
                 elif isinstance(record, wire.Snapshot) and not started:
                     feed.append(record.updates, record.status, now - record.age)
                     started = True

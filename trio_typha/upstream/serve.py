@@ -4,7 +4,7 @@ breadcrumb, as they are published here."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 
 import trio
@@ -17,13 +17,11 @@ log = logging.getLogger(__name__)
 
 #: How long the upstream waits for a follower connection's hello.
 HELLO_TIMEOUT = 10.0
-#: How often the feed looks for a new connection limit to hand the follower.
-LIMIT_CHECK_INTERVAL = 1.0
 
 
 async def serve_follower(feeds: Mapping[str, CacheFeed],
                          encodings: tuple[wire.Encoding, ...], write_timeout: float,
-                         share: Callable[[], int], stream: trio.abc.Stream) -> None:
+                         stream: trio.abc.Stream) -> None:
     """One follower connection (a ServerWorkers worker): a snapshot, then every breadcrumb.
 
     Each breadcrumb's record (its updates and its encodings for the enabled protocols) is
@@ -31,7 +29,6 @@ async def serve_follower(feeds: Mapping[str, CacheFeed],
     go in one write, each still its own record.  A follower that takes no bytes for
     ``write_timeout`` (ServerWriteTimeoutSecs) is cut off (a worker then exits and is
     started again) rather than holding the chain of breadcrumbs behind it in memory here.
-    ``share()`` is the follower's share of the connection limit, sent whenever it changes.
     """
     decoder = wire.Decoder(max_record=4096)
     hello: wire.Record | str | None = None
@@ -56,14 +53,9 @@ async def serve_follower(feeds: Mapping[str, CacheFeed],
                 else encode())
         with trio.fail_after(write_timeout):
             await stream.send_all(data)
-        sent_limit: int | None = None
         while True:
-            with trio.move_on_after(LIMIT_CHECK_INTERVAL):
-                await feed.wait_published(crumb)
+            await feed.wait_published(crumb)
             records = []
-            if (limit := share()) != sent_limit:
-                records.append(wire.encode_limit(limit))
-                sent_limit = limit
             now = trio.current_time()
             while crumb.next is not None:
                 crumb = crumb.next

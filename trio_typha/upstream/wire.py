@@ -15,7 +15,6 @@ little endian; strings and byte strings are length-prefixed.  No pickle: a recor
   SNAPSHOT  status u8, age f64, count u32, updates
   CRUMB     seq u64, status u8, age f64, encodings u8, count u32,
             encodings (id u8, length u32, bytes), updates
-  LIMIT     connections u32: the worker's share of the replica's connection limit
   update    key length u32, value length i32 (-1: no value), revision length u16,
             v3 resource version length u16, ttl ns i64, update type u8, then the four strings
 """
@@ -32,8 +31,8 @@ from ..model.kv import SerializedUpdate, SyncStatus, UpdateType
 from ..protocols.gob import encode_once as gob
 from ..protocols.grpc import encode_once as grpc
 
-VERSION = 1
-HELLO, SNAPSHOT, CRUMB, LIMIT = 1, 2, 3, 4
+VERSION = 2
+HELLO, SNAPSHOT, CRUMB = 1, 2, 3
 #: Largest record accepted (a snapshot of a very large cluster is the largest).
 MAX_RECORD = 1 << 30
 
@@ -42,7 +41,6 @@ _SNAPSHOT = struct.Struct("<BdI")
 _CRUMB = struct.Struct("<QBdBI")
 _ENCODING = struct.Struct("<BI")
 _UPDATE = struct.Struct("<IiHHqB")
-_LIMIT = struct.Struct("<I")
 _STATUSES = {int(s): s for s in SyncStatus}
 _UPDATE_TYPES = {int(u): u for u in UpdateType}
 
@@ -98,12 +96,7 @@ class Crumb:
     memo: dict[Any, bytes] = field(default_factory=dict)  # memo key -> the primary's bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Limit:
-    connections: int
-
-
-Record = Hello | Snapshot | Crumb | Limit
+Record = Hello | Snapshot | Crumb
 
 
 # ---- encoding ---------------------------------------------------------------------------
@@ -135,10 +128,6 @@ def _updates(updates: Sequence[SerializedUpdate]) -> bytes:
 
 def encode_hello(syncer_type: str) -> bytes:
     return _frame(HELLO, bytes([VERSION]) + syncer_type.encode())
-
-
-def encode_limit(connections: int) -> bytes:
-    return _frame(LIMIT, _LIMIT.pack(min(connections, 0xFFFFFFFF)))
 
 
 def encode_snapshot(status: SyncStatus, age: float,
@@ -240,9 +229,6 @@ def decode(kind: int, payload: bytes) -> Record:
             updates, pos = _read_updates(payload, pos, count)
             _at_end(payload, pos)
             return Crumb(seq, _status(status), age, updates, memo)
-        if kind == LIMIT:
-            (connections,) = _LIMIT.unpack(payload)
-            return Limit(connections)
     except (struct.error, UnicodeDecodeError) as exc:
         raise WireError(f"malformed record of type {kind}: {exc}") from None
     raise WireError(f"unknown record type {kind}")

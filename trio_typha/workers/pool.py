@@ -28,6 +28,7 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +74,13 @@ class WorkerState:
 class WorkerPool:
     """The primary's workers: started, watched, restarted, and asked for aggregation."""
 
-    def __init__(self, cfg: Config, *, count: int, upstream: str, port: int) -> None:
+    def __init__(self, cfg: Config, *, count: int, upstream: str, port: int,
+                 share: Callable[[], int]) -> None:
+        """``share()``: what each worker may hold of the replica's connection limit; call
+        :meth:`limit_changed` when it changes."""
         self.cfg = cfg
+        self.share = share
+        self._limit_changed = trio.Event()
         self.count = count
         self.upstream = upstream
         self.port = port
@@ -127,6 +133,19 @@ class WorkerPool:
     async def metrics_texts(self) -> list[str]:
         """Every running worker's Prometheus exposition."""
         return [body.decode() for _, body in await self._ask(c.METRICS)]
+
+    def limit_changed(self) -> None:
+        """The replica's limit changed: every worker is sent its new share."""
+        self._limit_changed.set()
+        self._limit_changed = trio.Event()
+
+    async def _send_limits(self, link: WorkerLink) -> None:
+        sent: int | None = None
+        while True:
+            changed = self._limit_changed
+            if (share := self.share()) != sent and await link.send(c.encode_limit(share)):
+                sent = share
+            await changed.wait()
 
     # -- lifetime
 
@@ -191,6 +210,7 @@ class WorkerPool:
                 start = c.Start(self.cfg, self.upstream, self.port, w.index)
                 if await link.send(c.encode_start(start)):
                     log.info("Worker %d started pid=%d", w.index, proc.pid)
+                    nursery.start_soon(self._send_limits, link)
                 await proc.wait()
                 nursery.cancel_scope.cancel()
         finally:
