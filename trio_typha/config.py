@@ -467,6 +467,10 @@ class Config:
     k8s_current_context: str = param(
         "K8sCurrentContext", _string, "", "kubeconfig context to use (empty: its current one)",
         variables=("CALICO_K8S_CURRENT_CONTEXT", "K8S_CURRENT_CONTEXT"))
+    k8s_use_pod_cidr: bool = param(
+        "K8sUsePodCIDR", _bool, False,
+        "KDD with host-local IPAM: IPAM blocks from each node's pod CIDR, none watched",
+        variables=("CALICO_USE_POD_CIDR", "USE_POD_CIDR"))
     calico_api_group: str = param(
         "CalicoAPIGroup", _string, "", "API group/version of Calico's resources (empty: "
         "discovered)", variables=("CALICO_API_GROUP",))

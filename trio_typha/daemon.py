@@ -28,7 +28,7 @@ from .datastore.k8s_errors import K8sError
 from .datastore.memory import MemoryDatastore, MemoryStore
 from .datastore.stall import WatchState
 from .model.kv import SYNCER_TYPES
-from .model.syncers import syncer_definition
+from .model.syncers import DatastoreMode, syncer_definition
 from .observe.health import Report
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .serving import ServingProcess
@@ -119,8 +119,12 @@ class Daemon(ServingProcess[SyncerPipeline]):
         return [] if board is None else list(board.states(prefix))
 
     def make_pipeline(self, syncer_type: str, feed: CacheFeed) -> SyncerPipeline:
+        # USE_POD_CIDR is part of Calico's Kubernetes client configuration: etcd mode never
+        # has it (typha/pkg/config/config_params.go, DatastoreConfig).
+        mode = self.datastore.mode
         definition = syncer_definition(
-            syncer_type, mode=self.datastore.mode, calico_group=self.datastore.calico_group,
+            syncer_type, mode=mode, calico_group=self.datastore.calico_group,
+            use_pod_cidr=self.config.k8s_use_pod_cidr and mode is DatastoreMode.KDD,
             felix_interface_prefix=self.config.felix_interface_prefix or None)
         return SyncerPipeline(definition, self.datastore, feed, validator=self._validator,
                               metrics=self.metrics)

@@ -294,3 +294,26 @@ def test_nothing_but_config_reads_the_environment() -> None:
             if name.split(".")[-1] in ("environ", "getenv", "environb", "putenv"):
                 offenders.append(f"{path.relative_to(root)}:{getattr(node, 'lineno', '?')}")
     assert offenders == []
+
+
+@pytest.mark.parametrize(("env", "watched"), [
+    ({}, True),
+    ({"USE_POD_CIDR": "true"}, False),
+    ({"CALICO_USE_POD_CIDR": "true"}, False),
+    # An etcd datastore never has it: it is Calico's Kubernetes client setting.
+    ({"USE_POD_CIDR": "true", "TYPHA_DATASTORETYPE": "etcdv3"}, True),
+])
+async def test_use_pod_cidr_reaches_the_felix_syncer(env, watched) -> None:
+    """libcalico-go/lib/apiconfig/apiconfig.go K8sUsePodCIDR (USE_POD_CIDR): with host-local
+    IPAM the felix syncer watches no IPAM blocks (felixsyncerv1.go)."""
+    from trio_typha.cache.feed import CacheFeed
+    from trio_typha.daemon import Daemon
+
+    cfg = load_config({"TYPHA_DATASTORETYPE": "memory", **env}, config_file=None)
+    datastore = None
+    if cfg.datastore_type == "etcdv3":
+        from trio_typha.datastore.etcd import EtcdDatastore
+        datastore = EtcdDatastore.from_config(cfg)
+    daemon = Daemon(cfg, datastore=datastore, listen_port=0)
+    kinds = daemon.make_pipeline("felix", CacheFeed("felix")).definition.kinds
+    assert any(k.kind == "IPAMBlock" for k in kinds) is watched
