@@ -2,9 +2,9 @@
 
 Figures belong in docs/performance.md and the bench output, history in commit messages,
 and a citation names a file of this repository or of Calico's source. This scans the
-comments and docstrings of every Python, Go and shell file, and the Markdown docs, for the
-patterns that mark the opposite: issue numbers, sections or example numbers of a document
-kept elsewhere, seed names, and measurement notes.
+comments and docstrings of every Python, Go, shell and YAML file, the build files and the
+Markdown docs for the patterns that mark the opposite: issue numbers, sections or example
+numbers of a document kept elsewhere, seed names, and measurement notes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE_DIRS = ("trio_typha", "testbed", "bench", "tests", "tools")
+CODE_DIRS = ("trio_typha", "testbed", "bench", "tests", "tools", "deploy")
+HASH_COMMENTED = (".sh", ".yaml", ".yml", "")  # "" for Justfile, Containerfile, .ci/run
 
 OUTSIDE = re.compile("|".join((
     r"\bissues?\s*#?\d+",                 # an issue tracker entry
@@ -57,7 +58,7 @@ def texts(path: Path) -> Iterator[tuple[int, str]]:
         yield from _python_texts(src)
     elif path.suffix == ".go":
         yield from _line_comments(src, "//")
-    elif path.suffix == ".sh":
+    elif path.suffix in HASH_COMMENTED:
         yield from _line_comments(src, "#")
     else:
         yield from enumerate(src.splitlines(), 1)
@@ -65,9 +66,10 @@ def texts(path: Path) -> Iterator[tuple[int, str]]:
 
 def _files() -> list[Path]:
     code = [p for d in CODE_DIRS for p in (ROOT / d).rglob("*")
-            if p.suffix in (".py", ".go", ".sh") and p.is_file()]
+            if p.suffix in (".py", ".go", ".sh", ".yaml", ".yml") and p.is_file()]
+    build = [ROOT / "Justfile", ROOT / "Containerfile", ROOT / ".ci" / "run"]
     docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tools").glob("*.md")]
-    return sorted(code + docs)
+    return sorted(code + build + docs)
 
 
 def offences(path: Path) -> list[str]:
@@ -82,7 +84,7 @@ def test_no_comment_cites_what_the_repository_does_not_hold() -> None:
 
 def test_the_scan_reads_every_kind_of_file() -> None:
     kinds = {p.suffix for p in _files()}
-    assert {".py", ".go", ".md"} <= kinds
+    assert {".py", ".go", ".md", ".yaml", ".sh", ""} <= kinds
     assert ROOT / "trio_typha" / "daemon.py" in _files()
 
 
