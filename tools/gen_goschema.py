@@ -578,6 +578,11 @@ class Schema:
                 if not isinstance(base, Named):
                     raise GoSourceError(f"embedded {base} in {pkg}")
                 if not jname:
+                    if base.name in self.package(base.pkg).marshalers:
+                        # The embedded type's MarshalJSON is promoted: it writes the
+                        # whole outer struct, which the tables cannot say.
+                        raise GoSourceError(f"{base.pkg}.{base.name} is embedded in a struct "
+                                            f"of {pkg} and promotes its MarshalJSON")
                     under = self.lookup(base)
                     if isinstance(under, StructOf):
                         yield from self.flatten(base.pkg, under)

@@ -163,6 +163,13 @@ def test_a_marshaler_without_an_encoder_stops_the_generator(schema: Schema) -> N
         schema.layout("v3.Odd", Named(f"{API_MODULE}/pkg/apis/projectcalico/v3", "Odd"))
 
 
+def test_an_embedded_marshaler_stops_the_generator(schema: Schema) -> None:
+    source = schema.dirs[API_MODULE] / "pkg/apis/projectcalico/v3/widget.go"
+    source.write_text(WIDGET + "\ntype Wrapped struct {\n\tMarshaled\n}\n", "utf-8")
+    with pytest.raises(GoSourceError, match="promotes its MarshalJSON"):
+        schema.layout("v3.Wrapped", Named(f"{API_MODULE}/pkg/apis/projectcalico/v3", "Wrapped"))
+
+
 def test_a_struct_outside_the_known_packages_is_named() -> None:
     with pytest.raises(GoSourceError, match="outside the checkouts"):
         Schema({}).package("example.com/other")
