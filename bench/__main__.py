@@ -138,7 +138,7 @@ async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str
     client fleet, in this process (bench/raw_blast.py)."""
     from raw_blast import GrpcRawBlast, RawBlast
 
-    from trio_typha.config import load_config
+    from trio_typha.config_sources import load_config
     from trio_typha.daemon import Daemon
     from trio_typha.datastore.memory import MemoryStore
     from trio_typha.datastore.synthetic import generate

@@ -93,7 +93,7 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
                       ) -> dict[str, Any]:
     import httpx
 
-    from trio_typha.config import load_config
+    from trio_typha.config_sources import load_config
     from trio_typha.daemon import Daemon
     from trio_typha.datastore.memory import MemoryStore
     from trio_typha.datastore.synthetic import generate
@@ -220,7 +220,7 @@ async def _worker(mode: str, control: socket.socket, port: int, blast: Any) -> N
 async def compressed_snapshot(cluster: str) -> bytes:
     """The felix snapshot of ``cluster`` as the compressed gob stream, built by the daemon
     as the other scenarios build it (once: every prototype worker reads it from a file)."""
-    from trio_typha.config import load_config
+    from trio_typha.config_sources import load_config
     from trio_typha.daemon import Daemon
     from trio_typha.datastore.memory import MemoryStore
     from trio_typha.datastore.synthetic import generate

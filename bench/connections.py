@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import cpu_seconds, current_rss_mib, report, rss_peak_mib  # noqa: E402
 from fanout import ClientFleet, build_gobtool, fleet_commands  # noqa: E402
 
-from trio_typha.config import load_config  # noqa: E402
+from trio_typha.config_sources import load_config  # noqa: E402
 from trio_typha.daemon import Daemon  # noqa: E402
 from trio_typha.datastore.churn import Churn  # noqa: E402
 from trio_typha.datastore.memory import MemoryStore  # noqa: E402

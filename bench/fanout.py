@@ -38,7 +38,7 @@ from _common import (  # noqa: E402
     socket_queues,
 )
 
-from trio_typha.config import load_config  # noqa: E402
+from trio_typha.config_sources import load_config  # noqa: E402
 from trio_typha.daemon import Daemon  # noqa: E402
 from trio_typha.datastore.churn import Churn  # noqa: E402
 from trio_typha.datastore.memory import MemoryStore  # noqa: E402

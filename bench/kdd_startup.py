@@ -109,7 +109,8 @@ async def churn(server: Any, pods: list[tuple[str, str]], rng: random.Random, la
 # --- the measuring side ----------------------------------------------------------------------
 
 async def measure(size: str, args: argparse.Namespace, *, do_churn: bool) -> dict[str, Any]:
-    from trio_typha.config import Config, load_config
+    from trio_typha.config import Config
+    from trio_typha.config_sources import load_config
     from trio_typha.daemon import Daemon
     from trio_typha.datastore.k8s_config import load_kube_client_config
     from trio_typha.datastore.kubernetes import open_kubernetes_datastore

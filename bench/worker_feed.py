@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from trio_typha.cache.core import Breadcrumb, SnapshotCache
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.churn import Churn
 from trio_typha.datastore.memory import MemoryStore

@@ -21,7 +21,7 @@ import trio
 
 from testbed.fleet import Agent, AgentGroup, AgentSpec, DiscoverySpec
 from trio_typha.client.discovery import ReconnectPolicy
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.churn import Churn
 from trio_typha.datastore.memory import MemoryStore

@@ -350,7 +350,8 @@ class AgentGroup:
                   ) -> None:
         kube = None
         if not self.discovery.static and not self.discovery.srv_name:
-            from trio_typha.config import Config, environment_config
+            from trio_typha.config import Config
+            from trio_typha.config_sources import environment_config
             from trio_typha.datastore.k8s_api import KubeApi
             from trio_typha.datastore.k8s_config import load_kube_client_config
             settings = (Config(kubeconfig=self.discovery.kubeconfig)

@@ -8,6 +8,8 @@ fail together (one API server outage, thirty resource kinds) spread their retrie
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Callable
 
 

@@ -23,7 +23,8 @@ from typing import NamedTuple, Protocol
 import trio
 
 from . import BUILD_VERSION
-from .config import ConfigError, early_log_level, help_table, load_config
+from .config import ConfigError, help_table
+from .config_sources import early_log_level, load_config
 from .datastore.memory import StoreError
 from .datastore.seed import SeedError
 from .logs import setup_logging

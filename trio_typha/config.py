@@ -12,15 +12,19 @@ Calico's client environment for the Kubernetes API (libcalico-go/lib/apiconfig/a
 each name tried with the ``CALICO_`` prefix first, as ``envconfig.Process("calico")``),
 ``TLS_MIN_VERSION`` / ``TLS_CIPHER_SUITES`` (crypto/pkg/tls/tls.go, read by Typha's sync
 server) and ``FELIX_INTERFACEPREFIX`` (libcalico-go/lib/backend/k8s/conversion/
-workload_endpoint_default.go).  This module is the only one that reads the environment.
+workload_endpoint_default.go).
+
+This module is pure: it declares and parses, and :mod:`.config_sources` (the only module
+that reads the environment) reads the variables and the file and hands their text in.
 """
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import configparser
 import dataclasses
 import logging
-import os
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -115,8 +119,8 @@ def _host(raw: str) -> str:
 
 
 def _file_must_exist(raw: str) -> str:
-    if raw and not os.path.exists(raw):
-        raise ValueError("file does not exist")
+    """A path; :mod:`.config_sources` checks that the file exists once everything is
+    parsed (see :attr:`Param.must_exist`)."""
     return raw
 
 
@@ -221,6 +225,11 @@ class Param:
     def env(self) -> str:
         return self.variables[0] if self.variables else "TYPHA_" + self.name.upper()
 
+    @property
+    def must_exist(self) -> bool:
+        """The value, when set, names a file that must exist."""
+        return self.parse is _file_must_exist
+
     def effective(self, value: Any) -> Any:
         """``value`` after Typha's re-defaulting of values <= 0 (where it re-defaults)."""
         if self.fallback is not None and value <= 0:
@@ -245,7 +254,7 @@ def param(name: str, parse: Parser, default: Any, doc: str, *, zero: Any = ...,
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every parameter's final value; build with :func:`load_config`.
+    """Every parameter's final value; build with :func:`.config_sources.load_config`.
 
     Each field is declared once, here: Typha's name, parser, default and meaning.  The
     parameter table (:data:`PARAMS`), ``ServerSettings`` and ``trio-typha serve --help`` are
@@ -586,22 +595,17 @@ def help_table() -> str:
     return "\n".join(lines)
 
 
-def _read_file(path: str, explicit: bool) -> dict[str, str]:
-    if not os.path.exists(path):
-        if explicit:
-            raise ConfigError(f"config file {path}: does not exist")
-        log.info("Ignoring absent config file: %s", path)
-        return {}
+def parse_config_file(text: str, source: str) -> dict[str, str]:
+    """The settings of an INI config file's ``text`` (a file without a section header is
+    read as one section), by name as written."""
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
+    if not text.lstrip().startswith("["):
+        text = "[global]\n" + text
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-        if not text.lstrip().startswith("["):
-            text = "[global]\n" + text
-        parser.read_string(text, source=path)
-    except (OSError, configparser.Error) as exc:
-        raise ConfigError(f"config file {path}: {exc}") from exc
+        parser.read_string(text, source=source)
+    except configparser.Error as exc:
+        raise ConfigError(f"config file {source}: {exc}") from exc
     out: dict[str, str] = {}
     for section in parser.sections():
         for key, value in parser.items(section):
@@ -622,33 +626,10 @@ def _shown(name: str, value: str) -> str:
     return value
 
 
-def load_config(env: Mapping[str, str] | None = None, *, config_file: str | None = None,
-                overrides: Mapping[str, str] | None = None, strict: bool = False) -> Config:
-    """Merge defaults < config file < environment < ``overrides`` (flags) into a Config.
-
-    ``env`` defaults to this process's environment.  ``overrides`` are keyed by parameter
-    name (case-insensitive).  Raises :class:`ConfigError` on the first invalid value or
-    failed cross-field check.  Unknown names are logged and ignored, as Typha does for its
-    environment, wherever they come from; with ``strict`` an unknown flag (``--set``) is an
-    error instead.
-    """
-    env = os.environ if env is None else env
-    path = config_file or env.get("TYPHA_CONFIGFILE") or DEFAULT_CONFIG_FILE
-    return _load(env, ("config file " + path, _read_file(path, explicit=config_file is not None)),
-                 overrides or {}, strict)
-
-
-def environment_config(env: Mapping[str, str] | None = None) -> Config:
-    """The configuration the environment alone gives (no config file, no flags): for tools
-    that need Calico's client settings, e.g. where the Kubernetes API is."""
-    return _load(os.environ if env is None else env, None, {}, strict=False)
-
-
-def early_log_level(env: Mapping[str, str] | None = None) -> str:
+def early_log_level(env: Mapping[str, str]) -> str:
     """The stderr level while the configuration loads, as Typha's ConfigureEarlyLogging:
     TYPHA_EARLYLOGSEVERITYSCREEN, else TYPHA_LOGSEVERITYSCREEN, else ERROR.  An invalid
     value gives ERROR here; loading the configuration then reports it."""
-    env = os.environ if env is None else env
     for p in (_BY_FIELD["early_log_severity_screen"], _BY_FIELD["log_severity_screen"]):
         raw = env.get(p.env, "")
         if raw:
@@ -676,8 +657,17 @@ def _environment(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _load(env: Mapping[str, str], config_file: tuple[str, dict[str, str]] | None,
-          overrides: Mapping[str, str], strict: bool) -> Config:
+def configure(env: Mapping[str, str], config_file: tuple[str, dict[str, str]] | None,
+              overrides: Mapping[str, str], strict: bool = False) -> Config:
+    """Merge defaults < config file < environment < ``overrides`` (flags) into a Config.
+
+    ``env`` is the environment's variables; ``config_file`` the file's origin (for
+    messages) and its settings (:func:`parse_config_file`), None for none; ``overrides``
+    are keyed by parameter name (case-insensitive).  Raises :class:`ConfigError` on the
+    first invalid value or failed cross-field check.  Unknown names are logged and
+    ignored, as Typha does for its environment, wherever they come from; with ``strict``
+    an unknown flag (``--set``) is an error instead.
+    """
     sources: list[tuple[str, dict[str, tuple[str, str]]]] = []
     if config_file is not None:
         origin, file_values = config_file

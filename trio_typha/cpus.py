@@ -1,4 +1,5 @@
-"""How many CPUs this process may use: ServerWorkers' default (pure: files are read, no loop).
+"""How many CPUs a process may use: ServerWorkers' default (pure: the files' text is read
+through a callable the caller passes, :mod:`.host` the one that reads them).
 
 Two limits apply to a process on Linux: the CPUs it may be scheduled on (its affinity
 mask: ``taskset``, cpusets, a Kubernetes pod with the static CPU manager) and, in a
@@ -11,11 +12,12 @@ applies too.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import math
-import os
 from collections.abc import Callable
 
-from .config import MAX_DEFAULT_WORKERS, Config
+from .config import MAX_DEFAULT_WORKERS
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -65,6 +67,10 @@ def cgroup_v1_cpu_path(proc_self_cgroup: str) -> tuple[str, str] | None:
     return None
 
 
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts]) if parts else base
+
+
 def _tightest(read: Callable[[str], str], base: str, path: str,
               limit_at: Callable[[Callable[[str], str], str], float | None]) -> float | None:
     """The smallest limit of ``path`` and its ancestors under ``base``."""
@@ -72,7 +78,7 @@ def _tightest(read: Callable[[str], str], base: str, path: str,
     parts = [p for p in path.split("/") if p]
     for depth in range(len(parts), -1, -1):
         try:
-            limit = limit_at(read, os.path.join(base, *parts[:depth]))
+            limit = limit_at(read, _join(base, *parts[:depth]))
         except OSError:
             continue  # the root cgroup has no quota files; a mount may hide parents
         if limit is not None:
@@ -81,12 +87,12 @@ def _tightest(read: Callable[[str], str], base: str, path: str,
 
 
 def _v2_limit(read: Callable[[str], str], directory: str) -> float | None:
-    return parse_cpu_max(read(os.path.join(directory, "cpu.max")))
+    return parse_cpu_max(read(_join(directory, "cpu.max")))
 
 
 def _v1_limit(read: Callable[[str], str], directory: str) -> float | None:
-    return parse_cfs(read(os.path.join(directory, "cpu.cfs_quota_us")),
-                     read(os.path.join(directory, "cpu.cfs_period_us")))
+    return parse_cfs(read(_join(directory, "cpu.cfs_quota_us")),
+                     read(_join(directory, "cpu.cfs_period_us")))
 
 
 def cgroup_quota(read: Callable[[str], str], root: str = CGROUP_ROOT) -> float | None:
@@ -104,7 +110,7 @@ def cgroup_quota(read: Callable[[str], str], root: str = CGROUP_ROOT) -> float |
         controllers, v1_path = v1
         # Mounted under the joined name (cpu,cpuacct) or, with a symlink, just "cpu".
         for mount in dict.fromkeys((controllers, "cpu")):
-            limits.append(_tightest(read, os.path.join(root, mount), v1_path, _v1_limit))
+            limits.append(_tightest(read, _join(root, mount), v1_path, _v1_limit))
     return min((x for x in limits if x is not None), default=None)
 
 
@@ -115,23 +121,3 @@ def default_workers(affinity: int, quota: float | None,
     most ``cap``."""
     usable = float(affinity) if quota is None else min(float(affinity), quota)
     return max(1, min(cap, math.floor(usable)))
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as fh:
-        return fh.read()
-
-
-def usable_cpus_default() -> int:
-    """ServerWorkers' default for this process (see :func:`default_workers`)."""
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count() or 1
-    return default_workers(affinity, cgroup_quota(_read))
-
-
-def server_processes(cfg: Config) -> int:
-    """Processes serving the port: ServerWorkers, or for a value <= 0 this process's
-    usable CPUs (at most :data:`~trio_typha.config.MAX_DEFAULT_WORKERS`)."""
-    return cfg.server_workers if cfg.server_workers > 0 else usable_cpus_default()

@@ -10,6 +10,7 @@ polls the Typha endpoints and node count for the connection limit.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -20,19 +21,20 @@ import trio
 
 from .cache.feed import CacheFeed
 from .config import Config
-from .cpus import server_processes
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
 from .datastore.k8s_config import KubeConfigError, load_kube_client_config
 from .datastore.k8s_errors import K8sError
 from .datastore.memory import MemoryDatastore, MemoryStore
 from .datastore.stall import WatchState
+from .host import server_processes
 from .model.kv import SYNCER_TYPES
 from .model.syncers import DatastoreMode, syncer_definition
 from .observe.health import Report
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .serving import ServingProcess
 from .startup import DatastoreUnreachable, KubernetesConfigMissing, ListenPortInUse, port_in_use
+from .syncer.gcpause import GCPauses
 from .syncer.pipeline import SyncerPipeline
 from .upstream import wire as upstream_wire
 from .upstream.serve import serve_follower
@@ -79,6 +81,8 @@ class Daemon(ServingProcess[SyncerPipeline]):
         (not closed here); otherwise the configured one is built (and closed at the end)."""
         super().__init__(cfg, handle_signals=handle_signals, syncer_types=syncer_types,
                          listen_port=listen_port, processes=server_processes(cfg))
+        #: This process's pauses of automatic garbage collection (one per pipeline).
+        self.gc_pauses = GCPauses(gc)
         self.workers: WorkerPool | None = None
         if store is None and datastore is None and cfg.datastore_type == "memory":
             store = MemoryStore()
@@ -127,7 +131,7 @@ class Daemon(ServingProcess[SyncerPipeline]):
             use_pod_cidr=self.config.k8s_use_pod_cidr and mode is DatastoreMode.KDD,
             felix_interface_prefix=self.config.felix_interface_prefix or None)
         return SyncerPipeline(definition, self.datastore, feed, validator=self._validator,
-                              metrics=self.metrics)
+                              metrics=self.metrics, gc_pauses=self.gc_pauses)
 
     async def prepare(self) -> None:
         await self._check_datastore()

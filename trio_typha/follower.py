@@ -92,7 +92,7 @@ class Follower(ServingProcess[FollowerPipeline]):
 
 def main() -> None:
     """A ServerWorkers worker process (started by the primary, its stdin the channel)."""
-    from .config import early_log_level
+    from .config_sources import early_log_level
     from .logs import setup_logging
     setup_logging(early_log_level())
 

@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import ssl
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -28,7 +29,7 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from . import BUILD_VERSION
-from .cache.core import MEMO_BUILDS
+from .cache.core import MemoBuilds
 from .cache.feed import CacheFeed
 from .config import Config
 from .datastore.stall import WatchState
@@ -69,10 +70,13 @@ class ServingProcess(Generic[P]):
         serve the port (each holds its share of the connection limit)."""
         self.config = cfg
         self.listen_port = cfg.port if listen_port is None else listen_port
-        self.metrics = Metrics(process_metrics=cfg.prometheus_process_metrics_enabled,
+        self.metrics = Metrics(clock=trio.current_time,
+                               process_metrics=cfg.prometheus_process_metrics_enabled,
                                runtime_metrics=cfg.prometheus_go_metrics_enabled)
         self.metrics.watch_ages.source = lambda: [(w.name, w.age) for w in self.watch_states()]
-        self.metrics.count_encodings({e.name: partial(MEMO_BUILDS.__getitem__, e.memo_key)
+        #: Encodings built of this process's breadcrumbs, by memo key (all its caches).
+        self.memo_builds: MemoBuilds = Counter()
+        self.metrics.count_encodings({e.name: partial(self.memo_builds.__getitem__, e.memo_key)
                                       for e in ENCODINGS})
         self.health = Health()
         self.handle_signals = handle_signals
@@ -207,7 +211,8 @@ class ServingProcess(Generic[P]):
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
                               wake_interval=cfg.cache_wake_interval_secs,
-                              max_fall_behind=self.settings.max_fall_behind)
+                              max_fall_behind=self.settings.max_fall_behind,
+                              memo_builds=self.memo_builds)
                  for t in self.syncer_types}
         self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION,
                                  metrics=self.metrics, registry=self.connections)

@@ -6,6 +6,8 @@ and exits with the code; everything else that goes wrong is a bug and keeps its 
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Iterator
 
 

@@ -42,7 +42,8 @@ from tests.etcd_server import EtcdClient, EtcdServer, run_etcd
 from tests.fault_proxy import FaultProxy
 from trio_typha.client.discovery import Connector, ReconnectPolicy, StaticDiscovery, parse_address
 from trio_typha.client.typha import Connected, TyphaClient
-from trio_typha.config import Config, load_config
+from trio_typha.config import Config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.base import Datastore
 from trio_typha.datastore.etcd_errors import EtcdError

@@ -26,8 +26,8 @@ from tests.deploy.deploy_render import (
 )
 from tests.e2e.harness import HANG, daemon_config, running_daemon
 from trio_typha.client.typha import TyphaClient
-from trio_typha.config import load_config
-from trio_typha.cpus import server_processes
+from trio_typha.config_sources import load_config
+from trio_typha.host import server_processes
 from trio_typha.model.kv import SyncStatus
 
 # A stand-in for Calico's published calico-typha.yaml, which `just kind-up` downloads and

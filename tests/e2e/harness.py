@@ -9,7 +9,8 @@ import httpx
 import trio
 
 from tests.grpcio_sync import GrpcioSync
-from trio_typha.config import Config, load_config
+from trio_typha.config import Config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.base import Datastore
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate

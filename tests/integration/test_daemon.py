@@ -8,7 +8,7 @@ import trio
 
 from trio_typha.client import grpc as g
 from trio_typha.client.view import SyncView
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate

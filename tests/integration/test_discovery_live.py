@@ -22,7 +22,8 @@ from trio_typha.client.discovery import (
     SrvDiscovery,
     TyphaAddress,
 )
-from trio_typha.config import Config, load_config
+from trio_typha.config import Config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import load_kube_client_config

@@ -10,7 +10,7 @@ import trio
 from testbed.fleet import AgentGroup, DiscoverySpec, agent_specs
 from testbed.invariant import expected_states, read_memory
 from trio_typha.client.discovery import ReconnectPolicy
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 
 HANG = 30  # hang protection only

@@ -27,7 +27,8 @@ import trustme
 from testbed.apiserver import ApiServer, Request, Response, open_apiserver
 from testbed.apiserver.status import internal_error
 from tests.integration.request_log import RequestLog
-from trio_typha.config import Config, environment_config
+from trio_typha.config import Config
+from trio_typha.config_sources import environment_config
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import KubeClientConfig, load_kube_client_config

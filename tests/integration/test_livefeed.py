@@ -11,7 +11,7 @@ from trio_websocket import ConnectionRejected, open_websocket_url
 
 from testbed.fleet import AgentGroup, DiscoverySpec, agent_specs
 from trio_typha.client.discovery import ReconnectPolicy
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 
 HANG = 30  # hang protection only

@@ -219,10 +219,11 @@ async def test_a_conversion_bug_stops_the_pipeline_instead_of_hiding_the_object(
 async def test_collection_is_paused_until_in_sync_and_resumes_after(autojump_clock) -> None:
     import gc
 
-    from trio_typha.syncer import gcpause
+    from trio_typha.syncer.gcpause import GCPauses
     from trio_typha.syncer.pipeline import GC_PAUSE_MAX_SECS
 
     gc.enable()
+    pauses = GCPauses(gc)
     store = MemoryStore()
     store.put(ns("a"))
     feed = CacheFeed("felix")
@@ -237,33 +238,33 @@ async def test_collection_is_paused_until_in_sync_and_resumes_after(autojump_clo
             await super().watch(kinds, send, name=name)
 
     pipeline = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert),
-                              GatedDatastore(store), feed)
+                              GatedDatastore(store), feed, gc_pauses=pauses)
     async with trio.open_nursery() as nursery:
         await nursery.start(pipeline.run)
-        assert not gc.isenabled() and gcpause.holders() == 1
+        assert not gc.isenabled() and pauses.holders == 1
         gate.set()
         await feed.wait_in_sync()
-        assert gc.isenabled() and gcpause.holders() == 0
+        assert gc.isenabled() and pauses.holders == 0
         nursery.cancel_scope.cancel()
 
     # Never in sync: collection resumes after GC_PAUSE_MAX_SECS anyway ...
     stuck = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert),
-                           GatedDatastore(store), CacheFeed("felix"))
+                           GatedDatastore(store), CacheFeed("felix"), gc_pauses=pauses)
     gate = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(stuck.run)
         await trio.sleep(GC_PAUSE_MAX_SECS - 1)
         assert not gc.isenabled()
         await trio.sleep(20)  # the next heartbeat tick notices
-        assert gc.isenabled() and gcpause.holders() == 0
+        assert gc.isenabled() and pauses.holders == 0
         nursery.cancel_scope.cancel()
 
     # ... and a pipeline cancelled before it syncs lets go of its pause.
     gate = trio.Event()
     cancelled = SyncerPipeline(SyncerDefinition("felix", (K.NAMESPACE,), convert),
-                               GatedDatastore(store), CacheFeed("felix"))
+                               GatedDatastore(store), CacheFeed("felix"), gc_pauses=pauses)
     async with trio.open_nursery() as nursery:
         await nursery.start(cancelled.run)
         assert not gc.isenabled()
         nursery.cancel_scope.cancel()
-    assert gc.isenabled() and gcpause.holders() == 0
+    assert gc.isenabled() and pauses.holders == 0

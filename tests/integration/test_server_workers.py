@@ -19,7 +19,7 @@ from trio_typha.cache.core import Breadcrumb
 from trio_typha.client.grpc import apply_event, sync
 from trio_typha.client.typha import TyphaClient
 from trio_typha.client.view import SyncView
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate

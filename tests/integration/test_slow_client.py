@@ -6,7 +6,7 @@ import trio
 import trio.lowlevel
 
 from trio_typha.client.typha import Connected, TyphaClient
-from trio_typha.config import load_config
+from trio_typha.config_sources import load_config
 from trio_typha.daemon import Daemon
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate

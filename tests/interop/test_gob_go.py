@@ -433,7 +433,7 @@ async def test_go_client_rejected_without_reply(gobtool: Path, args: list[str]) 
 
 @pytest.mark.parametrize("syncer", SYNCER_TYPES)
 async def test_go_client_against_the_daemon(gobtool: Path, syncer: str) -> None:
-    from trio_typha.config import load_config
+    from trio_typha.config_sources import load_config
     from trio_typha.daemon import Daemon
     from trio_typha.datastore.memory import MemoryStore
     from trio_typha.datastore.synthetic import generate
@@ -470,7 +470,7 @@ async def read_json_line(stream: trio.abc.ReceiveStream, buf: bytearray) -> dict
 async def tiny_daemon(store: Any, **overrides: str) -> AsyncIterator[Any]:
     """A one-process daemon (every fleet member in this process) on the memory datastore
     holding ``store``, in sync; shut down on exit."""
-    from trio_typha.config import load_config
+    from trio_typha.config_sources import load_config
     from trio_typha.daemon import Daemon
 
     cfg = load_config({}, config_file=None, overrides={

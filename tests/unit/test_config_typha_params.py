@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trio_typha.config import ConfigError, load_config
+from trio_typha.config import ConfigError
+from trio_typha.config_sources import load_config
 
 # Every parameter of Typha v3.32 (typha/pkg/config), with a valid value for each.
 TYPHA_V3_32 = {

@@ -1,4 +1,4 @@
-"""ServerWorkers' default: the CPUs this process may use (cpus.py, config.py)."""
+"""ServerWorkers' default: the CPUs this process may use (cpus.py, host.py, config.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from trio_typha import cpus
-from trio_typha.config import load_config
+from trio_typha import cpus, host
+from trio_typha.config_sources import load_config
 
 
 @pytest.mark.parametrize(("text", "limit"), [
@@ -72,14 +72,14 @@ def test_no_quota_files_means_no_quota() -> None:
 
 def test_config_zero_or_less_means_this_machines_default() -> None:
     expected = cpus.default_workers(len(os.sched_getaffinity(0)),
-                                    cpus.cgroup_quota(cpus._read))
+                                    cpus.cgroup_quota(host.read_text))
     for raw in ("0", "-1"):
         cfg = load_config({"TYPHA_SERVERWORKERS": raw}, config_file=None)
-        assert cpus.server_processes(cfg) == expected
-    assert cpus.server_processes(load_config({}, config_file=None)) == expected
-    assert cpus.server_processes(load_config({"TYPHA_SERVERWORKERS": "1"},
+        assert host.server_processes(cfg) == expected
+    assert host.server_processes(load_config({}, config_file=None)) == expected
+    assert host.server_processes(load_config({"TYPHA_SERVERWORKERS": "1"},
                                              config_file=None)) == 1
-    assert cpus.server_processes(load_config({"TYPHA_SERVERWORKERS": "3"},
+    assert host.server_processes(load_config({"TYPHA_SERVERWORKERS": "3"},
                                              config_file=None)) == 3
 
 
@@ -87,8 +87,8 @@ def test_a_process_pinned_to_one_cpu_defaults_to_one_process() -> None:
     """The affinity mask is read for real: pinned to one CPU (as ``taskset -c 0``), the
     default is the single-process server."""
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from trio_typha.config import load_config; "
-            "from trio_typha.cpus import server_processes; "
+            "from trio_typha.config_sources import load_config; "
+            "from trio_typha.host import server_processes; "
             "print(server_processes(load_config({}, config_file=None)))")
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                           text=True, timeout=60)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from trio_typha.config import ConfigError, environment_config, load_config
+from trio_typha.config import ConfigError
+from trio_typha.config_sources import environment_config, load_config
 from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.datastore.etcd_config import EtcdConfig
 

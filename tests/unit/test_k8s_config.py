@@ -11,7 +11,8 @@ import pytest
 import trustme
 import yaml
 
-from trio_typha.config import ConfigError, environment_config
+from trio_typha.config import ConfigError
+from trio_typha.config_sources import environment_config
 from trio_typha.datastore.k8s_config import (
     KubeConfigError,
     build_ssl_context,

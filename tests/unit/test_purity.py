@@ -1,69 +1,156 @@
-"""The sans-IO cores really are pure: importing them never imports trio.
+"""The sans-IO cores are pure by construction: marked, and checked from their source.
 
-Each check runs in a fresh interpreter, so nothing another test imported can hide or fake a
-dependency.  The modules are imported one after the other and ``sys.modules`` is looked at
-after each, so a failure names the first module that pulled trio in and what it pulled.
+A module declares itself sans-IO with a module-level ``__sans_io__ = True``
+(docs/architecture.md, "Pure cores, trio shells").  The probe finds the marked modules by
+that marker, not by a list, and reads each one's syntax tree: wherever it stands (module
+level or inside a function), a marked module may not import an event loop, sockets, TLS, an
+HTTP client, processes, files, the environment or a clock; may not call ``open``/``print``;
+may not read ``.now()``/``.today()``, ``environ``/``getenv``, ``Path.read_*`` or the
+standard streams; may not rebind module globals (process-wide state belongs to an object
+its owner passes in); and may import from trio_typha only modules that are marked too, so
+the rule holds transitively.  Then every marked module is imported in a fresh interpreter,
+so a third-party import that pulls trio or httpx in is caught as well.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
-import trio_typha
-import trio_typha.model
+from tests.source_scan import PACKAGE_ROOT, Imported, Source, sources
 
-ROOT = Path(trio_typha.__file__).resolve().parent
+MARKER = "__sans_io__"
 
-#: The pure cores (docs/architecture.md lists the same set).  Everything in model/ is added.
-PURE = [
-    "trio_typha.backoff",
-    "trio_typha.config",
-    "trio_typha.cache.core",
-    "trio_typha.cache.fanout",
-    "trio_typha.datastore.events",
-    "trio_typha.datastore.etcd_gateway",
-    "trio_typha.datastore.etcd_layout",
-    "trio_typha.datastore.etcd_state",
-    "trio_typha.datastore.k8s_listbody",
-    "trio_typha.datastore.k8s_reflector",
-    "trio_typha.datastore.k8s_stream",
-    "trio_typha.datastore.known",
-    "trio_typha.datastore.stall",
-    "trio_typha.observe.connections",
-    "trio_typha.observe.throttle",
-    "trio_typha.protocols.gob.codec",
-    "trio_typha.protocols.gob.codec_decode",
-    "trio_typha.protocols.gob.codec_encode",
-    "trio_typha.protocols.gob.codec_types",
-    "trio_typha.protocols.gob.gotime",
-    "trio_typha.protocols.gob.snappy",
-    "trio_typha.protocols.gob.messages",
-    "trio_typha.protocols.gob.encode_once",
-    "trio_typha.protocols.gob.session",
-    "trio_typha.protocols.gob.client_session",
-    "trio_typha.protocols.grpc.abuse",
-    "trio_typha.protocols.grpc.client_session",
-    "trio_typha.protocols.grpc.framing",
-    "trio_typha.protocols.grpc.metadata",
-    "trio_typha.protocols.grpc.status",
-    "trio_typha.protocols.grpc.h2conn",
-    "trio_typha.protocols.grpc.session",
-    "trio_typha.protocols.grpc.encode_once",
-    "trio_typha.sessions.lag",
-    "trio_typha.sessions.liveness",
-    "trio_typha.sessions.settings",
-    "trio_typha.server.sniff",
-    "trio_typha.cpus",
-    "trio_typha.upstream.wire",
-    "trio_typha.workers.control",
-    "trio_typha.syncer.gcpause",
-    "trio_typha.syncer.tracker",
-]
+#: Modules (and their submodules) a sans-IO module may not import, and what they reach.
+FORBIDDEN_MODULES = {
+    "trio": "an event loop", "trio_websocket": "an event loop", "asyncio": "an event loop",
+    "anyio": "an event loop", "socket": "sockets", "select": "sockets",
+    "selectors": "sockets", "ssl": "TLS", "httpx": "an HTTP client",
+    "httpcore": "an HTTP client", "http.client": "an HTTP client",
+    "urllib.request": "an HTTP client", "kubernetes": "the Kubernetes client",
+    "subprocess": "processes", "multiprocessing": "processes", "signal": "processes",
+    "os": "files, the environment and processes", "pathlib": "files", "io": "files",
+    "shutil": "files", "tempfile": "files", "glob": "files", "fcntl": "files",
+    "mmap": "files", "resource": "process limits", "ctypes": "raw memory",
+    "time": "clocks", "gc": "the process's collector",
+}
+#: Pure conversions that live in a forbidden module, importable by name only.
+ALLOWED_FROM = {"socket": frozenset({"inet_aton", "inet_ntoa", "inet_pton", "inet_ntop"})}
+#: Attributes that read a clock, the environment, a file or a standard stream, whatever
+#: object they are reached through.
+FORBIDDEN_ATTRIBUTES = {
+    "now": "a clock", "utcnow": "a clock", "today": "a clock", "environ": "the environment",
+    "getenv": "the environment", "read_text": "a file", "read_bytes": "a file",
+    "write_text": "a file", "write_bytes": "a file", "stdin": "a standard stream",
+    "stdout": "a standard stream", "stderr": "a standard stream", "argv": "the command line",
+}
+#: Builtins that do I/O.
+FORBIDDEN_CALLS = {"open": "a file", "print": "a standard stream",
+                   "input": "a standard stream", "breakpoint": "a debugger"}
+
+#: Packages pure as a whole: every module in them is marked.
+PURE_PACKAGES = ("trio_typha.model",)
+#: Generated modules, which cannot carry the marker (their generator's output is checked
+#: byte for byte): held to the same rules as the marked ones.
+GENERATED = {"trio_typha.protocols.grpc.typha_pb2": "protoc's messages (tools/gen_proto.py)",
+             "trio_typha.model.goschema": "Calico's Go types (tools/gen_goschema.py)"}
+
+
+def _forbidden_import(imp: Imported) -> str | None:
+    for module, reaches in FORBIDDEN_MODULES.items():
+        if imp.module == module or imp.module.startswith(module + "."):
+            if imp.name is not None and imp.name in ALLOWED_FROM.get(module, ()):
+                return None
+            return reaches
+    # ``from http import client`` and the like name the submodule as ``name``.
+    if imp.name is not None and f"{imp.module}.{imp.name}" in FORBIDDEN_MODULES:
+        return FORBIDDEN_MODULES[f"{imp.module}.{imp.name}"]
+    return None
+
+
+def violations(source: Source, marked: set[str], modules: set[str]) -> list[str]:
+    """Why ``source`` is not sans-IO (empty: it is); ``marked`` names the marked modules
+    among ``modules``, every module of trio_typha."""
+    found = []
+    for imp in source.imports():
+        reaches = _forbidden_import(imp)
+        what = imp.module + (f".{imp.name}" if imp.name else "")
+        if reaches:
+            found.append(f"{source.rel}:{imp.line}: imports {what} ({reaches})")
+        elif imp.top == "trio_typha":
+            target = what if what in modules else imp.module
+            if target not in marked:
+                found.append(f"{source.rel}:{imp.line}: imports {target}, which is not "
+                             f"marked {MARKER}")
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
+            found.append(f"{source.rel}:{node.lineno}: reads .{node.attr} "
+                         f"({FORBIDDEN_ATTRIBUTES[node.attr]})")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in FORBIDDEN_CALLS:
+            found.append(f"{source.rel}:{node.lineno}: calls {node.func.id}() "
+                         f"({FORBIDDEN_CALLS[node.func.id]})")
+        elif isinstance(node, ast.Global):
+            found.append(f"{source.rel}:{node.lineno}: rebinds module globals "
+                         f"{', '.join(node.names)} (process-wide state)")
+    return found
+
+
+def _marked() -> list[Source]:
+    return [s for s in sources() if s.module_level(MARKER) is True or s.name in GENERATED]
+
+
+def test_marked_modules_are_sans_io() -> None:
+    marked = _marked()
+    names = {s.name for s in marked}
+    modules = {s.name for s in sources()}
+    assert len(marked) > 80  # the marker is found (no list to keep)
+    assert [v for s in marked for v in violations(s, names, modules)] == []
+
+
+def test_every_module_of_a_pure_package_is_marked() -> None:
+    unmarked = [s.rel for s in sources() if s.name.startswith(PURE_PACKAGES)
+                and s.path.name != "__init__.py" and s.name not in GENERATED
+                and s.module_level(MARKER) is not True]
+    assert unmarked == []
+
+
+MODULES = {"trio_typha.cache.core", "trio_typha.cache.feed", "trio_typha.sessions.connections"}
+
+
+def _synthetic(text: str) -> Source:
+    return Source("trio_typha.cache.example", PACKAGE_ROOT / "cache" / "example.py",
+                  ast.parse(text))
+
+
+def test_the_probe_rejects_each_kind_of_impurity() -> None:
+    cases = {
+        "def f():\n    import trio\n    return trio.current_time()\n": "imports trio",
+        "def f():\n    from time import monotonic\n    return monotonic()\n": "imports time",
+        "import datetime\nx = datetime.datetime.now()\n": "reads .now",
+        "def f(p):\n    return open(p).read()\n": "calls open()",
+        "def f(p):\n    return p.read_text()\n": "reads .read_text",
+        "from os import environ\n": "imports os.environ",
+        "import socket\n": "imports socket",
+        "from http import client\n": "imports http.client",
+        "_n = 0\ndef f():\n    global _n\n    _n += 1\n": "rebinds module globals _n",
+        "from ..sessions import connections\n": "imports trio_typha.sessions.connections, "
+                                                "which is not marked",
+        "from .feed import CacheFeed\n": "imports trio_typha.cache.feed, which is not marked",
+    }
+    for text, expected in cases.items():
+        found = violations(_synthetic(text), {"trio_typha.cache.core"}, MODULES)
+        assert any(expected in v for v in found), (text, found)
+
+
+def test_the_probe_accepts_pure_code() -> None:
+    text = ("from socket import inet_aton\nimport json\nfrom .core import Breadcrumb\n"
+            "def f(now: float, s: str) -> bytes:\n    return inet_aton(s)\n")
+    assert violations(_synthetic(text), {"trio_typha.cache.core"}, MODULES) == []
+
 
 _PROBE = """
 import importlib, json, sys
@@ -72,55 +159,36 @@ for name in json.loads(sys.argv[1]):
     before = set(sys.modules)
     importlib.import_module(name)
     new = set(sys.modules) - before
-    bad = sorted(m for m in new if m == "trio" or m.startswith(("trio.", "trio_websocket"))
-                 or m.startswith(tuple(json.loads(sys.argv[2]))))
+    bad = sorted(m for m in new if m.split(".")[0] in json.loads(sys.argv[2]))
     if bad:
         found[name] = bad
 print(json.dumps(found))
 """
 
+#: Found in ``sys.modules`` after importing a marked module, these mean something it
+#: imports (a third-party package, say) brought an event loop or an HTTP client along.
+LOADED_NEVER = ("trio", "trio_websocket", "anyio", "httpx", "httpcore")
 
-def _probe(modules: list[str], forbidden: tuple[str, ...] = ()) -> dict[str, list[str]]:
+
+def _probe(modules: list[str]) -> dict[str, list[str]]:
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(modules), json.dumps(list(forbidden))],
-        capture_output=True, text=True, check=True, cwd=ROOT.parent)
-    return json.loads(out.stdout)
+        [sys.executable, "-c", _PROBE, json.dumps(modules), json.dumps(LOADED_NEVER)],
+        capture_output=True, text=True, check=True, cwd=Path(PACKAGE_ROOT).parent)
+    found: dict[str, list[str]] = json.loads(out.stdout)
+    return found
 
 
-def _model_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.walk_packages(trio_typha.model.__path__,
-                                                         "trio_typha.model."))
-
-
-def test_pure_cores_and_the_whole_model_import_no_trio() -> None:
-    modules = PURE + _model_modules()
-    assert len(modules) > 50
-    assert _probe(modules) == {}
-
-
-def test_the_probe_sees_trio_when_a_module_imports_it() -> None:
-    # The same probe on a trio shell: proves the test above could fail.
-    found = _probe(["trio_typha.protocols.gob.shell"])
-    assert "trio" in found["trio_typha.protocols.gob.shell"]
+def test_importing_the_marked_modules_loads_no_event_loop_or_http_client() -> None:
+    assert _probe([s.name for s in _marked()]) == {}
 
 
 def test_datastore_does_not_import_client() -> None:
-    datastore = sorted(m.name for m in pkgutil.walk_packages(
-        [str(ROOT / "datastore")], "trio_typha.datastore."))
-    assert _probe_forbidden(datastore, ("trio_typha.client",)) == {}
-
-
-def _probe_forbidden(modules: list[str], prefixes: tuple[str, ...]) -> dict[str, list[str]]:
-    found = _probe(modules, prefixes)
-    return {name: [m for m in mods if m.startswith(prefixes)] for name, mods in found.items()
-            if any(m.startswith(prefixes) for m in mods)}
-
-
-def test_the_model_never_reads_the_environment() -> None:
-    """Settings reach the model as arguments (e.g. FELIX_INTERFACEPREFIX from the daemon)."""
-    offenders = []
-    for path in sorted((ROOT / "model").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
-                offenders.append(f"{path.name}:{node.lineno}")
+    offenders = [f"{s.rel}:{imp.line}" for s in sources() if s.name.startswith(
+        "trio_typha.datastore") for imp in s.imports() if imp.module.startswith(
+        "trio_typha.client")]
     assert offenders == []
+
+
+def test_the_import_probe_sees_trio_when_a_module_imports_it() -> None:
+    found = _probe(["trio_typha.protocols.gob.shell"])
+    assert "trio" in found["trio_typha.protocols.gob.shell"]

@@ -45,7 +45,8 @@ def test_old_slices_leave_the_window_as_in_go() -> None:
 async def test_summary_exposition_parses_with_quantiles(autojump_clock) -> None:
     registry = CollectorRegistry()
     s = QuantileSummary("typha_ping_latency", "Round-trip ping latency to client.",
-                        ["syncer"], registry=registry, max_age=60, age_buckets=2)
+                        ["syncer"], registry=registry, max_age=60, age_buckets=2,
+                        clock=trio.current_time)
     for v in range(1, 101):
         s.labels(syncer="felix").observe(v / 1000)
     s.labels(syncer="bgp").observe_many(0.25, 40)
@@ -67,3 +68,17 @@ async def test_summary_exposition_parses_with_quantiles(autojump_clock) -> None:
              if f.name == "typha_ping_latency" for x in f.samples}
     assert math.isnan(after["felix", "0.5", "typha_ping_latency"])
     assert after["felix", None, "typha_ping_latency_count"] == 100
+
+
+def test_the_summary_reads_only_the_clock_it_is_given() -> None:
+    """Observations and collections both take "now" from ``clock``, so a summary outside
+    any event loop slides exactly as that clock says."""
+    now = [0.0]
+    s = QuantileSummary("typha_kvs_per_msg", "KVs per message.", ["syncer"], max_age=60,
+                        age_buckets=2, clock=lambda: now[0])
+    s.labels(syncer="felix").observe(5.0)
+    now[0] = 45.0
+    s.labels(syncer="felix").observe(9.0)
+    assert s.labels(syncer="felix").quantiles() == [5.0, 9.0, 9.0]
+    now[0] = 75.0  # the 0-30 s slice has left the window
+    assert s.labels(syncer="felix").quantiles() == [9.0, 9.0, 9.0]

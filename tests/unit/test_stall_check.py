@@ -14,11 +14,11 @@ import pytest
 import trio
 
 from trio_typha.datastore.crosscheck import delivering, until_stalled
+from trio_typha.datastore.http_edge import keepalive_socket_options
 from trio_typha.datastore.stall import (
     StallCheck,
     Verdict,
     WatchBoard,
-    keepalive_socket_options,
     probe_window,
 )
 

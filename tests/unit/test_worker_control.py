@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_typha.config import Config, load_config
+from trio_typha.config import Config
+from trio_typha.config_sources import load_config
 from trio_typha.workers import control as c
 
 u32 = st.integers(0, 0xFFFFFFFF)

@@ -14,6 +14,8 @@ lets every client that connects at the same point share the same bytes.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -23,10 +25,10 @@ from ..model.kv import SerializedUpdate, SyncStatus
 T = TypeVar("T")
 
 
-#: Encodings built through :meth:`Breadcrumb.memo` in this process, by memo key: what
-#: "encode once" costs here (a ServerWorkers worker builds none of the per-breadcrumb
-#: encodings the primary ships; ``/metrics`` shows them).
-MEMO_BUILDS: Counter[Any] = Counter()
+#: Encodings built through :meth:`Breadcrumb.memo`, by memo key: what "encode once" costs
+#: (a ServerWorkers worker builds none of the per-breadcrumb encodings the primary ships;
+#: ``/metrics`` shows them).  The daemon owns one for all its caches.
+MemoBuilds = Counter[Any]
 
 
 class SnapshotUnavailable(RuntimeError):
@@ -37,11 +39,11 @@ class Breadcrumb:
     """One published step of the cache; immutable once published except for ``next``."""
 
     __slots__ = ("seq", "timestamp", "origin", "updates", "status", "next", "_kvs", "_snapshot",
-                 "_memo", "__weakref__")
+                 "_memo", "_builds", "__weakref__")
 
     def __init__(self, seq: int, timestamp: float, updates: tuple[SerializedUpdate, ...],
                  status: SyncStatus, kvs: dict[str, SerializedUpdate] | None,
-                 origin: float | None = None) -> None:
+                 origin: float | None = None, *, builds: MemoBuilds) -> None:
         self.seq = seq
         self.timestamp = timestamp
         #: When the oldest datastore event behind these updates was received (<= timestamp):
@@ -55,6 +57,7 @@ class Breadcrumb:
         self._kvs = kvs
         self._snapshot: tuple[SerializedUpdate, ...] | None = None
         self._memo: dict[Any, Any] = {}
+        self._builds = builds
 
     def __repr__(self) -> str:
         return (f"<Breadcrumb seq={self.seq} updates={len(self.updates)} "
@@ -75,7 +78,7 @@ class Breadcrumb:
             return value
         except KeyError:
             value = self._memo[key] = build(self)
-            MEMO_BUILDS[key] += 1
+            self._builds[key] += 1
             return value
 
 
@@ -87,13 +90,16 @@ class SnapshotCache:
     ``max_batch_size`` updates.  Time is passed in (the trio shell reads trio's clock).
     """
 
-    def __init__(self, *, max_batch_size: int = 100, now: float = 0.0) -> None:
+    def __init__(self, *, max_batch_size: int = 100, now: float = 0.0,
+                 memo_builds: MemoBuilds | None = None) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1")
         self.max_batch_size = max_batch_size
+        #: Counts the encodings built of this cache's breadcrumbs (shared when given).
+        self.memo_builds: MemoBuilds = Counter() if memo_builds is None else memo_builds
         self._kvs: dict[str, SerializedUpdate] = {}
         self.status = SyncStatus.WAIT_FOR_DATASTORE
-        self.latest = Breadcrumb(0, now, (), self.status, self._kvs)
+        self.latest = Breadcrumb(0, now, (), self.status, self._kvs, builds=self.memo_builds)
         # Newest breadcrumb that has a materialized snapshot; lets a storm of connecting
         # clients share one snapshot instead of materializing one per breadcrumb.
         self._last_snapshot: Breadcrumb | None = None
@@ -189,7 +195,8 @@ class SnapshotCache:
             # Too old to reuse: let it (and the chain after it) go once clients are done.
             self._last_snapshot = None
         prev = self.latest
-        crumb = Breadcrumb(prev.seq + 1, now, updates, self.status, self._kvs, origin)
+        crumb = Breadcrumb(prev.seq + 1, now, updates, self.status, self._kvs, origin,
+                           builds=self.memo_builds)
         prev._kvs = None
         prev.next = crumb
         self.latest = crumb

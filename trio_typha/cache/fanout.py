@@ -32,6 +32,8 @@ writer applies the batch limits and the fall-behind rule.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import abc
 import enum
 from collections.abc import Hashable, Sequence

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from ..model.kv import SerializedUpdate, SyncStatus
-from .core import Breadcrumb, SnapshotCache
+from .core import Breadcrumb, MemoBuilds, SnapshotCache
 from .fanout import Broadcast, RoundResult
 
 
@@ -24,9 +24,11 @@ class CacheFeed:
 
     def __init__(self, syncer_type: str, *, max_batch_size: int = 100,
                  snapshot_reuse_age: float = 0.0, wake_interval: float = 0.0,
-                 max_fall_behind: float = 300.0, round_max_updates: int = 10000) -> None:
+                 max_fall_behind: float = 300.0, round_max_updates: int = 10000,
+                 memo_builds: MemoBuilds | None = None) -> None:
         self.syncer_type = syncer_type
-        self.cache = SnapshotCache(max_batch_size=max_batch_size, now=trio.current_time())
+        self.cache = SnapshotCache(max_batch_size=max_batch_size, now=trio.current_time(),
+                                   memo_builds=memo_builds)
         self.snapshot_reuse_age = snapshot_reuse_age
         self._published = trio.Event()
         self._in_sync = trio.Event()

@@ -123,7 +123,7 @@ async def _candidates(args: argparse.Namespace) -> list[TyphaAddress]:
         discovery = SrvDiscovery(args.srv, rng=rng,
                                  server=(server.host, server.port) if server else None)
     elif args.k8s_service:
-        from ..config import environment_config
+        from ..config_sources import environment_config
         from ..datastore.k8s_api import KubeApi
         from ..datastore.k8s_config import load_kube_client_config
         async with KubeApi(load_kube_client_config(environment_config()),

@@ -6,6 +6,8 @@ compare the two protocols on equal terms.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 

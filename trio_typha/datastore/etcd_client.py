@@ -19,8 +19,7 @@ import httpx
 from . import etcd_gateway as gw
 from .etcd_config import EtcdConfig
 from .etcd_errors import EtcdGatewayError, EtcdProtocolError, EtcdTimeout, EtcdTransportError
-from .http_edge import ErrorFamily, translated
-from .stall import keepalive_socket_options
+from .http_edge import ErrorFamily, keepalive_socket_options, translated
 
 #: What this client raises for a failed transport (see :mod:`.etcd_errors`).
 ERRORS = ErrorFamily(transport=EtcdTransportError, timeout=EtcdTimeout,

@@ -14,6 +14,8 @@ and never names the HTTP library.  The original exception stays the ``__cause__`
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 # gRPC status OUT_OF_RANGE: etcd's code for "compacted" and "future revision".
 _GRPC_OUT_OF_RANGE = 11
 

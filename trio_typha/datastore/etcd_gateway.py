@@ -12,6 +12,8 @@ Nothing here performs I/O; :mod:`trio_typha.datastore.etcd_client` moves the byt
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import base64
 import binascii
 import json

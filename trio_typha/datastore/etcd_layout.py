@@ -14,6 +14,8 @@ the object :func:`trio_typha.model.ipam.etcd_v1_object` describes.  Pure functio
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any

@@ -8,6 +8,8 @@ reconnect to the same etcd replays just the gap.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import logging
 from collections.abc import Iterable, Sequence
 

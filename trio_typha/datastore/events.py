@@ -7,6 +7,8 @@ from :mod:`.base` so the pure source tracker can use them without importing trio
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any

@@ -1,4 +1,5 @@
-"""The one place httpx's exceptions become a client's own (httpcore's ``map_exceptions``).
+"""What the HTTP client edges share: the one place httpx's exceptions become a client's
+own (httpcore's ``map_exceptions``), and the TCP options of a watch's socket.
 
 Each HTTP client edge (:mod:`.k8s_api`, :mod:`.etcd_client`) names its hierarchy as an
 :class:`ErrorFamily` and wraps every call into httpx with :func:`translated`; what leaves
@@ -12,6 +13,7 @@ transport, and each edge turns it into its own status error where it reads the r
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,3 +47,20 @@ def translated(family: ErrorFamily) -> Iterator[None]:
         raise family.malformed(brief(exc)) from exc
     except (httpx.HTTPError, OSError) as exc:
         raise family.transport(brief(exc)) from exc
+
+
+def keepalive_socket_options(deadline: float) -> list[tuple[int, int, int]]:
+    """``setsockopt`` triples that make the kernel give up on a silent peer within
+    ``deadline`` seconds: keepalive probes after ``deadline / 3`` of idleness, then every
+    ``deadline / 6``; ``TCP_USER_TIMEOUT`` bounds both unanswered probes and unacknowledged
+    data to ``5/6`` of the deadline.  Options the platform lacks are left out."""
+    idle = max(1, int(deadline / 3))
+    interval = max(1, int(deadline / 6))
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                        ("TCP_KEEPCNT", 3),
+                        ("TCP_USER_TIMEOUT", max(1000, int(deadline * 5 / 6 * 1000)))):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            options.append((socket.IPPROTO_TCP, opt, value))
+    return options

@@ -20,7 +20,7 @@ import trio
 
 from ..model.jsonload import loads
 from ..model.kinds import ResourceKind
-from .http_edge import ErrorFamily, translated
+from .http_edge import ErrorFamily, keepalive_socket_options, translated
 from .k8s_config import KubeClientConfig, build_ssl_context, read_token_file
 from .k8s_errors import (
     ApiError,
@@ -32,7 +32,7 @@ from .k8s_errors import (
 )
 from .k8s_listbody import json_object, split_list
 from .k8s_stream import LineDecoder, WatchEvent, parse_watch_event
-from .stall import DEFAULT_DEADLINE, keepalive_socket_options
+from .stall import DEFAULT_DEADLINE
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,8 @@ library.  The original exception stays the ``__cause__``.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from dataclasses import dataclass
 from typing import Any
 

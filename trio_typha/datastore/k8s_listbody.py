@@ -12,6 +12,8 @@ object, another encoding) is decoded whole by ``loads``.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import json
 from collections.abc import Iterator
 from json.decoder import WHITESPACE, scanstring  # type: ignore[attr-defined]

@@ -27,6 +27,8 @@ watcher cache's next ``Watch`` starts afresh: :meth:`ProfileStamps.restart`.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from ..model.kinds import NAMESPACE, SERVICE_ACCOUNT, ResourceKind
 
 #: Kinds Calico lists with no resourceVersion at first and after a 410 (consistent reads).

@@ -7,6 +7,8 @@ differences), the resourceVersion to resume a watch from, and whether the kind h
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 

@@ -8,6 +8,8 @@ I/O, so both are tested without an event loop.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from dataclasses import dataclass
 from typing import Any
 

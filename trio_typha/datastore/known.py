@@ -7,6 +7,8 @@ that list through :meth:`KnownObjects.relist` yields only the objects that are n
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 

@@ -6,7 +6,7 @@ another connection proves nothing about this one, so every watch stream gets a c
 own, in two layers:
 
 * TCP keepalive with short timers and ``TCP_USER_TIMEOUT`` on the watch's socket
-  (:func:`keepalive_socket_options`): the probes' ACKs travel the very path the missing data
+  (:func:`.http_edge.keepalive_socket_options`): the probes' ACKs travel the very path the missing data
   would, so a path that drops inbound packets kills the connection within the deadline.
 * A cross-check on another connection (:class:`StallCheck`): while the stream has been
   silent for ``interval``, the watcher asks the datastore whether anything in the watched
@@ -26,8 +26,9 @@ second probe after it, i.e. within about two thirds of the deadline plus two pro
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -41,23 +42,6 @@ def probe_window(deadline: float) -> float:
     a second is plenty; short deadlines (tests) get a proportionally short window.
     """
     return min(1.0, deadline / 6)
-
-
-def keepalive_socket_options(deadline: float) -> list[tuple[int, int, int]]:
-    """``setsockopt`` triples that make the kernel give up on a silent peer within
-    ``deadline`` seconds: keepalive probes after ``deadline / 3`` of idleness, then every
-    ``deadline / 6``; ``TCP_USER_TIMEOUT`` bounds both unanswered probes and unacknowledged
-    data to ``5/6`` of the deadline.  Options the platform lacks are left out."""
-    idle = max(1, int(deadline / 3))
-    interval = max(1, int(deadline / 6))
-    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
-                        ("TCP_KEEPCNT", 3),
-                        ("TCP_USER_TIMEOUT", max(1000, int(deadline * 5 / 6 * 1000)))):
-        opt = getattr(socket, name, None)
-        if opt is not None:
-            options.append((socket.IPPROTO_TCP, opt, value))
-    return options
 
 
 class Verdict(enum.Enum):

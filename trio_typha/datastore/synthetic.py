@@ -7,6 +7,8 @@ the test bed's API server hold.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import ipaddress
 import random
 from collections.abc import Iterator

@@ -12,6 +12,8 @@ The datastore key name stays the CR's own name even when the stored v3 name diff
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import json
 import re
 import uuid

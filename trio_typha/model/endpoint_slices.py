@@ -13,6 +13,8 @@ and each way is Calico's:
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any

@@ -10,6 +10,8 @@ the Go processor's ``fmt`` calls print them.  FelixConfiguration annotations
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any

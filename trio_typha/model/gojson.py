@@ -23,6 +23,8 @@ the object.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import abc
 import math
 import re

@@ -7,12 +7,14 @@ for floats, ``time.Duration`` strings, and ``net`` IP / CIDR / MAC parsing and p
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import ipaddress
 import math
 import re
-import socket
 from datetime import UTC, datetime
 from decimal import Decimal
+from socket import inet_aton, inet_ntoa
 
 # --------------------------------------------------------------------------------------------
 # Floats
@@ -169,7 +171,7 @@ _DOTTED_QUAD = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 def _v4_packed(s: str) -> bytes:
     """``ipaddress.IPv4Address(s).packed`` (ValueError if invalid), fast for valid text."""
     if _DOTTED_QUAD.fullmatch(s):
-        return socket.inet_aton(s)
+        return inet_aton(s)
     return ipaddress.IPv4Address(s).packed
 
 
@@ -198,7 +200,7 @@ def format_ip(b: bytes) -> str:
     if len(b) == 16 and b[:12] == _V4_MAPPED_PREFIX:
         b = b[12:]
     if len(b) == 4:
-        return socket.inet_ntoa(b)
+        return inet_ntoa(b)
     return ipaddress.IPv6Address(b).compressed
 
 

@@ -9,6 +9,8 @@ an offset in UTC.  Values Go's decoder would refuse raise :class:`GoJSONError`.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import re
 from collections.abc import Mapping
 from typing import Any

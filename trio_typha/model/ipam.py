@@ -13,6 +13,8 @@ to the converter as :func:`etcd_v1_object`; :func:`etcd_v1_kvs` does the rest.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import json
 import logging
 import re

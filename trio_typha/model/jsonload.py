@@ -20,6 +20,8 @@ two could differ orjson is not used either:
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import json
 from typing import Any
 

@@ -11,6 +11,8 @@ Failures that make Calico refuse an object raise :class:`ConversionError`.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from .k8s_meta import (
     CALICO_API_VERSION,
     LABEL_NAMESPACE,

@@ -25,6 +25,8 @@ KubernetesClusterNetworkPolicy}``.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import logging
 import re
 from collections.abc import Mapping

@@ -13,6 +13,8 @@ marshals as ``null``, a nil map marshals as ``null``).
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import json
 import re
 from collections.abc import Mapping

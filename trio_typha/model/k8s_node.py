@@ -11,6 +11,8 @@ ResourceKey of kind ``Node`` and the node name; revision = the node's
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

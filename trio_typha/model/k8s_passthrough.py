@@ -21,6 +21,8 @@ not the same as echoing the API server's JSON, so this module replays the round 
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import copy
 from collections.abc import Mapping
 from typing import Any

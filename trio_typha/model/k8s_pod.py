@@ -10,6 +10,8 @@ into a deletion, so the v3 object is returned here as Calico builds it.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import hashlib
 from collections.abc import Mapping
 from typing import Any

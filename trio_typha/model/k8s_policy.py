@@ -14,6 +14,8 @@ In KDD the result is keyed by a ResourceKey of kind ``KubernetesNetworkPolicy``
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

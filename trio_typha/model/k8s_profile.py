@@ -13,6 +13,8 @@ profiles ``"/<saRV>"`` (:func:`profile_revision`), default-allow ``"1"``.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import copy
 from collections.abc import Mapping
 from typing import Any

@@ -10,6 +10,8 @@ Problems are never fatal (Calico logs them and keeps what it could use).
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

@@ -9,6 +9,8 @@ answer Go would give for every quantity that does not overflow.)
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import re
 from fractions import Fraction
 

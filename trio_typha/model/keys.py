@@ -7,6 +7,8 @@ extra segments there too.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from .golang import IPNet
 
 

@@ -6,6 +6,8 @@ syncer type watches and how each converts.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from dataclasses import dataclass
 
 

@@ -13,6 +13,8 @@ LiveMigration.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

@@ -6,6 +6,8 @@ there on every protocol frames the same bytes.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 from dataclasses import dataclass
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

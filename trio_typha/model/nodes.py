@@ -4,6 +4,8 @@ with ``usePodCIDR``.  Other syncers pass Nodes through untouched."""
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

@@ -8,6 +8,8 @@ projectcalico.org/v3`` whichever API group it came from.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

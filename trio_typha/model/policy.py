@@ -7,6 +7,8 @@ the key; the key name is the datastore object's name.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping
 from typing import Any
 

@@ -8,6 +8,8 @@ prefix; the endpoint ``selector`` is used verbatim.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 

@@ -10,6 +10,8 @@ de-duplicated, an empty selector printed as ``all()``.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import abc
 from dataclasses import dataclass
 

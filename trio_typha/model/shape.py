@@ -13,6 +13,8 @@ once; the accessors check one field where a conversion reads it.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 

@@ -17,6 +17,8 @@ propagates.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 import logging
 from collections.abc import Mapping

@@ -18,6 +18,8 @@ expressions in ``regexp`` fields are checked with Python's engine.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import base64
 import binascii
 import dataclasses

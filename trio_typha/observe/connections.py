@@ -9,6 +9,8 @@ Typha fleet ("which calico-node is connected where, and is the load even?").
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import datetime
 import json
 from collections import Counter

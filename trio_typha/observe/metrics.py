@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, *,
-                 process_metrics: bool = True, runtime_metrics: bool | None = None) -> None:
-        """``process_metrics``: process_* (PrometheusProcessMetricsEnabled);
+                 clock: Callable[[], float], process_metrics: bool = True,
+                 runtime_metrics: bool | None = None) -> None:
+        """``clock``: the time the summaries' windows slide by (the owner's trio clock);
+        ``process_metrics``: process_* (PrometheusProcessMetricsEnabled);
         ``runtime_metrics``: the interpreter's python_gc_* and python_info, what Go's go_*
         are to Typha (PrometheusGoMetricsEnabled; by default as ``process_metrics``)."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -86,28 +88,30 @@ class Metrics:
             "compression.", ["syncer"], registry=r)
         self.client_snapshot_send_secs = QuantileSummary(
             "typha_client_snapshot_send_secs", "How long it took to send the initial snapshot "
-            "to each client.", ["syncer"], registry=r)
+            "to each client.", ["syncer"], registry=r, clock=clock)
         self.client_latency_secs = QuantileSummary(
             "typha_client_latency_secs", "Per-client latency.  I.e. how far behind the current "
-            "state is each client.", ["syncer"], registry=r, max_age=60.0, age_buckets=2)
+            "state is each client.", ["syncer"], registry=r, clock=clock, max_age=60.0,
+            age_buckets=2)
         self.client_write_latency_secs = QuantileSummary(
             "typha_client_write_latency_secs", "Distribution of latency for each client write.",
-            ["syncer"], registry=r)
+            ["syncer"], registry=r, clock=clock)
         self.next_breadcrumb_latency_secs = QuantileSummary(
             "typha_next_breadcrumb_latency_secs", "Time to retrieve next breadcrumb when "
-            "batching.", ["syncer"], registry=r)
+            "batching.", ["syncer"], registry=r, clock=clock)
         self.encodings_built = Gauge(
             "typha_breadcrumb_encodings_built", "Breadcrumb delta encodings this process has "
             "built, by encoding (each is built once per breadcrumb; ServerWorkers workers "
             "send the primary's and build none).", ["encoding"], registry=r)
         self.ping_latency = QuantileSummary(
-            "typha_ping_latency", "Round-trip ping latency to client.", ["syncer"], registry=r)
+            "typha_ping_latency", "Round-trip ping latency to client.", ["syncer"], registry=r,
+            clock=clock)
         self.kvs_per_msg = QuantileSummary(
             "typha_kvs_per_msg", "Number of KV pairs sent in each message.", ["syncer"],
-            registry=r)
+            registry=r, clock=clock)
         self.breadcrumb_size = QuantileSummary(
             "typha_breadcrumb_size", "Number of KVs recorded in each breadcrumb.", ["syncer"],
-            registry=r)
+            registry=r, clock=clock)
         self.cache_staleness = Gauge(
             "trio_typha_cache_pending_event_age_secs", "Age of the oldest datastore event "
             "that is not in the cache yet (0 when none is pending).", ["syncer"], registry=r)

@@ -11,14 +11,15 @@ reservoir sampling, so memory stays flat however many observations arrive); a qu
 read from the slices that make up Go's current head stream, which covers between
 ``MaxAge * (1 - 1/AgeBuckets)`` and ``MaxAge`` of history.  With no observation in the
 window a quantile is NaN, as in Go.  :class:`QuantileSummary` is the labelled metric,
-collected by a prometheus-client registry.
+collected by a prometheus-client registry; both take the time from their caller.
 """
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import math
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
@@ -30,14 +31,6 @@ DEFAULT_MAX_AGE = 600.0  # Go's DefMaxAge: 10 minutes
 DEFAULT_AGE_BUCKETS = 5  # Go's DefAgeBuckets
 #: Samples kept per time slice; beyond it, reservoir sampling keeps a uniform subset.
 SLICE_CAPACITY = 2048
-
-
-def _clock() -> float:
-    try:
-        import trio
-        return trio.current_time()
-    except RuntimeError:  # outside a trio run (tests of the pure core, tools)
-        return time.monotonic()
 
 
 class Window:
@@ -139,12 +132,14 @@ class _Child:
 
 
 class QuantileSummary(Collector):
-    """A labelled summary with Go's quantiles; ``labels(...)`` gives the observer."""
+    """A labelled summary with Go's quantiles; ``labels(...)`` gives the observer.
+
+    ``clock`` is the one time source of its windows: the shell that owns the metrics passes
+    trio's clock in, so observations and collections agree on what "now" is."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
                  registry: CollectorRegistry | None = None, max_age: float = DEFAULT_MAX_AGE,
-                 age_buckets: int = DEFAULT_AGE_BUCKETS,
-                 clock: Callable[[], float] = _clock) -> None:
+                 age_buckets: int = DEFAULT_AGE_BUCKETS, clock: Callable[[], float]) -> None:
         self.name = name
         self.documentation = documentation
         self._labelnames = tuple(labelnames)

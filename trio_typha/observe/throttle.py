@@ -8,6 +8,8 @@ gets through say how many were held back.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Hashable
 
 

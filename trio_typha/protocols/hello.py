@@ -7,6 +7,8 @@ server then picks goes into the same line here, so one line says who connected a
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import logging
 
 

@@ -13,6 +13,8 @@ a user type, which for every id gob assigns (>= 65) is a multi-byte int starting
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 
 

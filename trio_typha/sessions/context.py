@@ -29,7 +29,8 @@ class ServerContext:
     draining: trio.Event = field(default_factory=trio.Event)
     #: The live connections and their sessions (one registry for the whole server).
     registry: ConnectionRegistry = field(default_factory=ConnectionRegistry)
-    metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=False))
+    metrics: Metrics = field(
+        default_factory=lambda: Metrics(process_metrics=False, clock=trio.current_time))
     _syncer_metrics: dict[str, SyncerMetrics] = field(default_factory=dict)
     #: Rate limit for log lines a peer can provoke at will, keyed by (peer host, kind).
     peer_log: LogThrottle = field(default_factory=LogThrottle)

@@ -7,6 +7,8 @@ while to catch up with what happened while it was reading the snapshot.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 
 from .settings import ServerSettings

@@ -8,6 +8,8 @@ timestamp, echoed back; gRPC: a counter), so the key type is the caller's.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import math
 import random
 from collections import OrderedDict

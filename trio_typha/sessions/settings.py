@@ -6,6 +6,8 @@ that parameter's default after Typha's re-defaulting, so no default is written t
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import dataclasses
 from dataclasses import dataclass
 from typing import Any

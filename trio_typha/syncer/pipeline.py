@@ -29,7 +29,7 @@ from ..model.kv import SerializedUpdate, SyncStatus
 from ..model.syncers import SyncerDefinition
 from ..observe.health import BEAT_INTERVAL, Heartbeat
 from ..observe.metrics import Metrics
-from .gcpause import GCPause
+from .gcpause import GCPause, GCPauses
 from .tracker import SourceTracker
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,8 @@ class SyncerPipeline:
 
     def __init__(self, definition: SyncerDefinition, datastore: Datastore, feed: CacheFeed, *,
                  validator: Validator = _no_validation, metrics: Metrics | None = None,
-                 channel_size: int = 1000, drain_limit: int = 10000,
-                 resync_batch_window: float = 0.05) -> None:
+                 gc_pauses: GCPauses | None = None, channel_size: int = 1000,
+                 drain_limit: int = 10000, resync_batch_window: float = 0.05) -> None:
         self.definition = definition
         self.syncer_type = definition.syncer_type
         self.datastore = datastore
@@ -105,11 +105,16 @@ class SyncerPipeline:
         self.failing: dict[ResourceKind | None, str] = {}
         self.denied: set[ResourceKind | None] = set()
         self.heartbeat = Heartbeat()
-        self._gc_pause = GCPause()
+        # Its hold on automatic garbage collection until in sync (none: leave it alone).
+        self._gc_pause: GCPause | None = gc_pauses.pause() if gc_pauses is not None else None
         self._gc_pause_until = float("inf")
         # When each event still in the decoupler (or being sent into it) was handed over.
         self._stamps: deque[float] = deque()
         feed.pending_since = lambda: self._stamps[0] if self._stamps else None
+
+    def _release_gc(self) -> None:
+        if self._gc_pause is not None:
+            self._gc_pause.release()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -120,7 +125,7 @@ class SyncerPipeline:
         log.info("Starting syncer pipeline syncerType=%s kinds=%d datastore=%s",
                  self.syncer_type, len(self.definition.kinds), self.datastore.name)
         self._publish(self.tracker.static_updates())
-        if self.feed.status is not SyncStatus.IN_SYNC:
+        if self._gc_pause is not None and self.feed.status is not SyncStatus.IN_SYNC:
             self._gc_pause.hold()
             self._gc_pause_until = trio.current_time() + GC_PAUSE_MAX_SECS
         try:
@@ -133,7 +138,7 @@ class SyncerPipeline:
                 async with recv:
                     await self._consume(recv)
         finally:
-            self._gc_pause.release()
+            self._release_gc()
 
     async def _consume(self, recv: trio.MemoryReceiveChannel[DatastoreEvent]) -> None:
         while True:
@@ -145,10 +150,11 @@ class SyncerPipeline:
                     first = await recv.receive()
                 except trio.EndOfChannel:
                     return
-            if self._gc_pause.held and trio.current_time() >= self._gc_pause_until:
+            if self._gc_pause is not None and self._gc_pause.held \
+                    and trio.current_time() >= self._gc_pause_until:
                 log.info("Syncer %s not in sync after %gs; resuming garbage collection",
                          self.syncer_type, GC_PAUSE_MAX_SECS)
-                self._gc_pause.release()
+                self._release_gc()
             if idle.cancelled_caught:
                 continue
             batch = [first]
@@ -214,7 +220,7 @@ class SyncerPipeline:
             log.info("Received status update message from datastore. syncerType=%s "
                      "status=in-sync keys=%d", self.syncer_type, len(self.feed.cache))
             self.feed.set_status(SyncStatus.IN_SYNC)
-            self._gc_pause.release()
+            self._release_gc()
 
     def _connection(self, ev: Connection) -> None:
         if ev.ok:

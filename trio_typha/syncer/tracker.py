@@ -9,6 +9,8 @@ watcher cache does.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import logging
 
 from ..datastore.events import ResourceEvent

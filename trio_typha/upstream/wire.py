@@ -21,6 +21,8 @@ little endian; strings and byte strings are length-prefixed.  No pickle: a recor
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field

@@ -29,6 +29,8 @@ in order, so the decoder hands the oldest one received to each PASS it decodes.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import dataclasses
 import json
 import struct

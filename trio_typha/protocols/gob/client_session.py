@@ -8,6 +8,8 @@ restart message, including any already read.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from dataclasses import dataclass
 
 from ...model.kv import SerializedUpdate, SyncStatus

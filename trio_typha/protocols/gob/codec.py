@@ -12,6 +12,8 @@ The pieces: :mod:`.codec_types` (local types, type ids, wire definitions, primit
 their public names.
 """
 
+__sans_io__ = True
+
 from .codec_decode import NEED_DATA, Decoder
 from .codec_encode import Encoder
 from .codec_types import (

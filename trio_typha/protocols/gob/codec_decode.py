@@ -9,6 +9,8 @@ beyond what the buffered input justifies.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any

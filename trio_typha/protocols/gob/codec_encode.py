@@ -9,6 +9,8 @@ per-call state, so its output depends only on the value (and it may be shared by
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any

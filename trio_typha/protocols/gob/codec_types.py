@@ -9,6 +9,8 @@ peer.  The gob primitives (uints, ints, strings) live here too, as both directio
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 

@@ -13,6 +13,8 @@ numbered its types the same way.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Sequence
 
 from ...cache.core import Breadcrumb

@@ -14,6 +14,8 @@ way so that our reading of a Go peer's bytes matches Go's.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from dataclasses import dataclass
 
 #: Seconds from 0001-01-01T00:00:00Z (Go's internal epoch) to the Unix epoch.

@@ -10,6 +10,8 @@ cache publishes are encoded without conversion.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

@@ -17,6 +17,8 @@ is written between a restart and its ACK.  A legacy session streams everything p
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 import math
 import random

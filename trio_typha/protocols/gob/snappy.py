@@ -13,6 +13,8 @@ identifier, which checks the CRC, after this module has enforced Go's limits.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import cramjam
 
 STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"

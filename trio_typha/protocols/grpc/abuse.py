@@ -14,6 +14,8 @@ frame it takes), so its budget grows with the DATA frames we sent in the same wi
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -9,6 +9,8 @@ and how (:attr:`~ClientSession.error`).  The trio shell is :mod:`trio_typha.clie
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from dataclasses import dataclass
 
 import h2.config

@@ -7,6 +7,8 @@ send it; streams share the very same ``bytes`` objects.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 from typing import cast
 
 from google.protobuf.message import DecodeError

@@ -8,6 +8,8 @@ compressed flag is a protocol error.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import struct
 
 from .status import GrpcError, StatusCode

@@ -25,6 +25,8 @@ touches a socket or a clock: the caller passes the time.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 from collections import deque
 from dataclasses import dataclass

@@ -7,6 +7,8 @@ do gets a gRPC status (:class:`~.status.GrpcError`).
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass

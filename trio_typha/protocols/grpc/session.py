@@ -11,6 +11,8 @@ Pings and the pong timeout only run in LIVE, as in Typha.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 import random
 from collections.abc import Sequence

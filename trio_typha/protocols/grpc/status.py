@@ -6,6 +6,8 @@ stream boundary is the only place that turns it into trailers.
 
 from __future__ import annotations
 
+__sans_io__ = True
+
 import enum
 import re
 
