@@ -10,12 +10,11 @@ from __future__ import annotations
 import ast
 import errno
 import ssl
-from pathlib import Path
 
 import httpx
 import pytest
 
-import trio_typha
+from tests.source_scan import PACKAGE_ROOT, Source, sources
 from trio_typha.datastore import etcd_client, k8s_api
 from trio_typha.datastore.etcd_errors import (
     EtcdError,
@@ -33,8 +32,6 @@ from trio_typha.datastore.k8s_errors import (
     StatusInfo,
 )
 
-ROOT = Path(trio_typha.__file__).resolve().parent
-
 #: The modules allowed to name httpx, and why.
 EDGES = {
     "datastore/http_edge.py": "the one map from httpx's exceptions to a client's own",
@@ -44,32 +41,25 @@ EDGES = {
 }
 
 
-def _names_httpx(tree: ast.AST) -> list[int]:
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(
-                a.name.split(".")[0] == "httpx" for a in node.names) or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "httpx" or isinstance(node, ast.Name) and node.id == "httpx":
-            lines.append(node.lineno)
-    return lines
+def _names_httpx(source: Source) -> list[int]:
+    return [imp.line for imp in source.imports() if imp.top == "httpx"] + \
+        source.names_used("httpx")
 
 
 def test_only_the_client_edges_name_httpx() -> None:
-    offenders, naming = [], set()
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if _names_httpx(ast.parse(path.read_text(), str(path))):
-            naming.add(rel)
-            if rel not in EDGES:
-                offenders.append(rel)
-    assert offenders == []
+    naming = {s.rel for s in sources() if _names_httpx(s)}
+    assert sorted(naming - set(EDGES)) == []
     # An edge that stopped using httpx leaves the list too.
     assert naming == set(EDGES)
 
 
 def test_the_scan_sees_a_function_level_import() -> None:
-    tree = ast.parse("def f():\n    import httpx.foo\n    return 1\n")
-    assert _names_httpx(tree) == [2]
-    assert _names_httpx(ast.parse("from httpx import Client\n")) == [1]
+    def source(text: str) -> Source:
+        return Source("trio_typha.example", PACKAGE_ROOT / "example.py", ast.parse(text))
+
+    assert _names_httpx(source("def f():\n    import httpx.foo\n    return 1\n")) == [2]
+    assert _names_httpx(source("from httpx import Client\n")) == [1]
+    assert _names_httpx(source("def f(c):\n    return c\nx = httpx\n")) == [3]
 
 
 FAMILIES = [(k8s_api.ERRORS, K8sError), (etcd_client.ERRORS, EtcdError)]
