@@ -45,6 +45,7 @@ from .etcd_config import EtcdConfig
 from .etcd_errors import EtcdError, EtcdGatewayError, EtcdProtocolError
 from .etcd_layout import kind_prefix, watch_span
 from .etcd_state import EtcdSyncState
+from .http_edge import describe
 from .stall import (
     DEFAULT_DEADLINE,
     StallCheck,
@@ -107,7 +108,7 @@ class EtcdDatastore(Datastore):
                     gw.decode_status(await client.call(gw.STATUS_PATH, {}))
                 return None
             except EtcdError as exc:
-                problems.append(f"{endpoint}: {exc or type(exc).__name__}")
+                problems.append(f"{endpoint}: {describe(exc)}")
         return "; ".join(problems)
 
     def client(self, endpoint: str) -> EtcdClient:
@@ -157,7 +158,7 @@ class _Watcher:
                 await self._session(endpoint)
                 continue  # compaction ended the watch: relist straight away
             except EtcdError as exc:
-                reason = f"etcd {endpoint}: {type(exc).__name__}: {exc}"
+                reason = f"etcd {endpoint}: {describe(exc)}"
                 log.warning("etcd watch session failed (watch %s silent for %.1fs): %s",
                             self.stream, self.check.silent_for(trio.current_time()), reason)
                 await self._report(False, reason)

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from .etcd_errors import EtcdTransportError
+from .k8s_errors import K8sTransportError
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorFamily:
@@ -33,6 +36,13 @@ class ErrorFamily:
 def brief(exc: BaseException) -> str:
     """``Kind: message``, or just the kind when there is no message (httpx's timeouts)."""
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` for a log line or a ``Connection`` reason: a translated transport error's
+    message already leads with the transport's kind of failure; anything else gets its
+    class name (:func:`brief`)."""
+    return str(exc) if isinstance(exc, K8sTransportError | EtcdTransportError) else brief(exc)
 
 
 @contextmanager

@@ -42,9 +42,9 @@ from ..backoff import Backoff
 from ..model.kinds import KUBEVIRT_MIGRATION, ResourceKind
 from .base import Connection, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
-from .http_edge import brief
+from .http_edge import describe
 from .k8s_api import KubeApi
-from .k8s_errors import ApiError, K8sError, K8sTransportError, MalformedResponse
+from .k8s_errors import ApiError, K8sError, MalformedResponse
 from .k8s_profile_watch import ProfileStamps
 from .k8s_reflector import KindReflector, WatchErrorEvent
 from .stall import DEFAULT_DEADLINE, StallCheck, WatchStalled, probe_window
@@ -266,21 +266,21 @@ class KindWatcher:
             # TCP keepalive (or TCP_USER_TIMEOUT) gave up on a path that drops this stream's
             # packets: the stream was dead for a while, say so once.
             log.warning("Watch of %s (%s) broke after %.1fs without data (%s); resuming from "
-                        "resourceVersion %s", self.kind, self.stream, silent, _brief(error),
+                        "resourceVersion %s", self.kind, self.stream, silent, describe(error),
                         self.reflector.resume_rv)
         if progressed:
             if not _timed_out(error):
                 log.info("Watch of %s dropped (%s); resuming from resourceVersion %s",
-                         self.kind, _brief(error), self.reflector.resume_rv)
+                         self.kind, describe(error), self.reflector.resume_rv)
             return
         self._errors_at_rv += 1
         if self._errors_at_rv >= self.tuning.max_errors_per_revision:
             log.warning("Watch of %s failed %d times at resourceVersion %s (%s); relisting",
-                        self.kind, self._errors_at_rv, start_rv, _brief(error))
+                        self.kind, self._errors_at_rv, start_rv, describe(error))
             self._errors_at_rv = 0
             self.reflector.expire(gone=False)
         else:
-            log.info("Watch of %s failed (%s); retrying", self.kind, _brief(error))
+            log.info("Watch of %s failed (%s); retrying", self.kind, describe(error))
         await trio.sleep(self._backoff.next_delay())
 
     async def _cross_check(self, stalled: list[WatchStalled], scope: trio.CancelScope, *,
@@ -353,7 +353,7 @@ def describe_failure(kind: ResourceKind, verb: str, exc: Exception) -> str:
         return f"failed to {verb} {resource}: HTTP {exc.http_status}: {detail}"
     if isinstance(exc, MalformedResponse):
         return f"bad response to {verb} {resource}: {exc}"
-    return f"cannot reach the API server to {verb} {resource}: {_brief(exc)}"
+    return f"cannot reach the API server to {verb} {resource}: {describe(exc)}"
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -366,6 +366,3 @@ def _timed_out(exc: BaseException) -> bool:
     return False
 
 
-def _brief(exc: BaseException) -> str:
-    # A transport error's message already leads with the transport's kind of failure.
-    return str(exc) if isinstance(exc, K8sTransportError) else brief(exc)
