@@ -114,7 +114,7 @@ def main() -> None:
         try:
             await follower.run()
         finally:
-            control.close()
+            follower.link.close()  # the socket, and any passed socket nobody accepted
         return 0
 
     sys.exit(trio.run(run))
