@@ -28,43 +28,76 @@ lint:
     .venv/bin/ruff check .
 
 # --- container image and the kind test bed (docs/deploy.md) ---------------------------------
-# Docker if present, else podman.
-engine := `command -v docker >/dev/null 2>&1 && echo docker || echo podman`
-calico_version := "v3.32.1"
-kind_context := "kind-trio-typha"
+# Variables are evaluated only by the recipes that use them.
+set lazy
 
-# Build the trio-typha image.
-image TAG="trio-typha:dev":
-    {{engine}} build -t {{TAG}} -f Containerfile .
+# The image reference, read from the one place it is set: deploy/base/kustomization.yaml
+# (`images:`, newName:newTag), which every overlay inherits.
+image_ref := replace_regex(read("deploy/base/kustomization.yaml"), '(?s).*\n\s*newName:\s*"?([^"\s]+)"?\s*\n\s*newTag:\s*"?([^"\s]+)"?\s*\n.*', '$1:$2')
+# The container engine whose daemon answers (a docker CLI alone is not enough), else podman.
+engine := `bash tools/engine.sh`
+calico_version := "v3.32.1"
+kind_cluster := "trio-typha"
+kind_context := "kind-trio-typha"
+# The kube-context `e2e` and `churn` act on: the kind cluster's unless named explicitly,
+# e.g. `just context=my-test-cluster e2e`.
+context := kind_context
+
+# Docker's image format with either engine: podman's default (OCI) drops the HEALTHCHECK
+# (BUILDAH_FORMAT is podman build's --format; docker ignores it).
+# Build the image as the reference set in deploy/base/kustomization.yaml.
+image:
+    BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
+
+# Push the image to the registry its reference names (set it in deploy/base/kustomization.yaml).
+push: _require-registry
+    {{engine}} push {{image_ref}}
+
+[private]
+_require-registry:
+    @case "{{image_ref}}" in localhost/*) echo "push: {{image_ref}} names no registry: set newName in deploy/base/kustomization.yaml to your registry's repository (docs/deploy.md)" >&2; exit 2;; esac
 
 # Certificates for the mTLS overlay (deploy/overlays/mtls/certs, never committed).
 certs DIR="deploy/overlays/mtls/certs":
     bash deploy/certs.sh {{DIR}}
 
-# kind cluster (1 control plane + 3 workers) running Calico v3.32.1 with trio-typha as its Typha.
+# Every step can be re-run: after a failure, run `just kind-up` again.  kind is told the
+# engine (KIND_EXPERIMENTAL_PROVIDER): its own detection takes a docker CLI without a daemon.
+# kind cluster (1 control plane + 3 workers): Calico v3.32.1 with trio-typha as its Typha.
 kind-up:
-    kind create cluster --config kind-config.yaml
-    {{engine}} build -t trio-typha:dev -f Containerfile .
+    KIND_EXPERIMENTAL_PROVIDER={{engine}} kind get clusters | grep -qxF {{kind_cluster}} || KIND_EXPERIMENTAL_PROVIDER={{engine}} kind create cluster --config kind-config.yaml
+    BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
     mkdir -p .kind
-    {{engine}} save -o .kind/trio-typha.tar trio-typha:dev
-    kind load image-archive .kind/trio-typha.tar --name trio-typha
-    curl -fsSL --retry 3 -o deploy/overlays/kind-calico/calico-typha.yaml https://raw.githubusercontent.com/projectcalico/calico/{{calico_version}}/manifests/calico-typha.yaml
+    {{engine}} save -o .kind/trio-typha.tar {{image_ref}}
+    KIND_EXPERIMENTAL_PROVIDER={{engine}} kind load image-archive .kind/trio-typha.tar --name {{kind_cluster}}
+    curl -fsSL --retry 3 -o deploy/overlays/kind-calico/calico/calico-typha.yaml.part https://raw.githubusercontent.com/projectcalico/calico/{{calico_version}}/manifests/calico-typha.yaml
+    mv deploy/overlays/kind-calico/calico/calico-typha.yaml.part deploy/overlays/kind-calico/calico/calico-typha.yaml
     kubectl --context {{kind_context}} apply --server-side --force-conflicts -k deploy/overlays/kind-calico
     kubectl --context {{kind_context}} -n kube-system rollout status deployment/calico-typha --timeout=600s
     kubectl --context {{kind_context}} -n kube-system rollout status daemonset/calico-node --timeout=900s
     kubectl --context {{kind_context}} -n kube-system wait --for=condition=Ready pod -l k8s-app=calico-node --timeout=600s
     kubectl --context {{kind_context}} -n kube-system wait --for=condition=Ready pod -l k8s-app=calico-typha --timeout=600s
     kubectl --context {{kind_context}} -n kube-system get pods -o wide -l 'k8s-app in (calico-node,calico-typha)'
-    @echo "kind-up: cluster trio-typha (context {{kind_context}}) runs Calico {{calico_version}}; calico-typha is trio-typha:dev with RBAC trio-typha; every calico-node and calico-typha pod is Ready"
+    @echo "kind-up: cluster {{kind_cluster}} (context {{kind_context}}) runs Calico {{calico_version}}; calico-typha is {{image_ref}} with RBAC trio-typha; every calico-node and calico-typha pod is Ready"
 
-# The e2e suite against the current kube-context (tests/e2e; without a cluster: `just test tests/e2e`).
-e2e *ARGS:
-    TRIO_TYPHA_E2E_KUBECONFIG="${TRIO_TYPHA_E2E_KUBECONFIG:-${KUBECONFIG:-$HOME/.kube/config}}" .venv/bin/pytest tests/e2e -v {{ARGS}}
+# Makes the .venv first, as tests/run.sh does.  Without a cluster: `just test tests/e2e`.
+# The e2e suite against kube-context `context` (default kind-trio-typha; `just context=NAME e2e`).
+e2e *ARGS: _require-context
+    bash -c 'source tools/bootstrap.sh && bootstrap_env e2e'
+    TRIO_TYPHA_E2E_CONTEXT={{context}} .venv/bin/pytest tests/e2e -v {{ARGS}}
 
-# NetworkPolicy churn against the current kube-context, e.g. `just churn 20 60`.
-churn RATE="10" SECONDS="60" *ARGS:
-    .venv/bin/python -m testbed.churn --rate {{RATE}} --seconds {{SECONDS}} --record churn-writes.jsonl {{ARGS}}
+# Its namespaces are deleted at the end, also after a failure or Ctrl-C.
+# NetworkPolicy churn against kube-context `context`, e.g. `just churn 20 60` (writes/s, seconds).
+churn RATE="10" SECONDS="60" *ARGS: _require-context
+    bash -c 'source tools/bootstrap.sh && bootstrap_env'
+    .venv/bin/python -m testbed.churn --context {{context}} --cleanup --rate {{RATE}} --seconds {{SECONDS}} --record churn-writes.jsonl {{ARGS}}
 
-# Delete the kind cluster.
+# Refuses a kube-context that the kubeconfig does not have (no fallback to the current one).
+[private]
+_require-context:
+    @kubectl config get-contexts -o name | grep -qxF {{context}} || { echo "no kube-context {{context}}: run just kind-up, or name the cluster to use: just context=NAME ..." >&2; exit 2; }
+
+# Delete the kind cluster, the image archive and the downloaded Calico manifest.
 kind-down:
-    kind delete cluster --name trio-typha
+    KIND_EXPERIMENTAL_PROVIDER={{engine}} kind delete cluster --name {{kind_cluster}}
+    rm -rf .kind deploy/overlays/kind-calico/calico/calico-typha.yaml deploy/overlays/kind-calico/calico/calico-typha.yaml.part

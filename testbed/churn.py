@@ -383,14 +383,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with api_client(args.kubeconfig, args.context) as client:
         churn = Churn(client, config)
-        churn.setup()
+        # With --cleanup the namespaces go whatever ends the run: its end, a failed write
+        # that raised, a failed set-up, or Ctrl-C.
         try:
-            run = churn.run(seconds=args.seconds, writes=args.writes)
-        except KeyboardInterrupt:
-            run = churn.writes
-        print(churn.summary(run), file=sys.stderr)
-        if args.cleanup:
-            churn.cleanup()
+            churn.setup()
+            try:
+                run = churn.run(seconds=args.seconds, writes=args.writes)
+            except KeyboardInterrupt:
+                run = churn.writes
+            print(churn.summary(run), file=sys.stderr)
+        finally:
+            if args.cleanup:
+                churn.cleanup()
     if args.record:
         args.record.write_text("".join(w.as_json() + "\n" for w in churn.writes))
         print(f"recorded {len(churn.writes)} writes in {args.record}", file=sys.stderr)

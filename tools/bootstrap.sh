@@ -2,6 +2,7 @@
 # Sourced by tests/run.sh and testbed/demo.sh: makes a fresh Debian machine ready.
 #   bootstrap_env            python3-venv + .venv with trio-typha and its test bed
 #                            (trio-typha-testbed, testbed/: the demo's API server and fleet)
+#   bootstrap_env e2e        ... plus the test extras (`just e2e` against a cluster)
 #   bootstrap_env test       ... plus the test extras, etcd-server, Go and chromium
 set -euo pipefail
 
@@ -34,7 +35,7 @@ bootstrap_env() {
     python3 -m venv .venv
   fi
   local spec=.
-  [ "$want" = test ] && spec='.[test]'
+  case "$want" in test|e2e) spec='.[test]';; esac
   # Both distributions in one resolution: the test bed requires this trio-typha.
   # pip's and setuptools' chatter goes to a log, shown only if the install fails.
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+JUST = Path(sys.executable).with_name("just")  # rust-just, from the test extras
+
+
+def image_ref() -> str:
+    """The image reference as the Justfile reads it from deploy/base/kustomization.yaml."""
+    out = subprocess.run([str(JUST), "--evaluate", "image_ref"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, check=True)
+    return out.stdout
 
 
 def kubectl() -> str:
@@ -37,7 +46,7 @@ def render(directory: Path) -> list[dict[str, Any]]:
 def with_certs(tmp_path: Path) -> Path:
     """A copy of deploy/ whose mTLS overlay has certificates, made by deploy/certs.sh."""
     copy = tmp_path / "deploy"
-    shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("certs", "calico-typha.yaml"))
+    shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("certs", "calico-typha.yaml*"))
     subprocess.run(["bash", str(copy / "certs.sh"), str(copy / "overlays/mtls/certs")],
                    check=True, capture_output=True, timeout=60)
     return copy

@@ -4,16 +4,17 @@ needed).  The cluster itself cannot run here; docs/deploy.md says what was run w
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.deploy.deploy_render import ROOT
-
-JUST = Path(sys.executable).with_name("just")  # rust-just, from the test extras
+from tests.deploy.deploy_render import JUST, ROOT
 
 
 def dry_run(*recipe: str) -> list[str]:
@@ -34,14 +35,27 @@ def test_kind_config_disables_the_default_cni_for_calico() -> None:
     assert cfg["name"] == "trio-typha"  # kind names the context kind-trio-typha
 
 
+def evaluate(variable: str, **env: str) -> str:
+    out = subprocess.run([str(JUST), "--evaluate", variable], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, check=False, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+ENGINE = "`bash tools/engine.sh`"  # how --dry-run prints the engine (evaluated only when run)
+
+
 def test_kind_up_prints_its_commands_in_order() -> None:
+    ref = evaluate("image_ref")
     lines = dry_run("kind-up")
     expected = [
-        "kind create cluster --config kind-config.yaml",
-        " build -t trio-typha:dev -f Containerfile .",
-        " save -o .kind/trio-typha.tar trio-typha:dev",
+        "kind get clusters | grep -qxF trio-typha || ",
+        f"BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile .",
+        f"{ENGINE} save -o .kind/trio-typha.tar {ref}",
         "kind load image-archive .kind/trio-typha.tar --name trio-typha",
         "curl ",
+        "mv deploy/overlays/kind-calico/calico/calico-typha.yaml.part "
+        "deploy/overlays/kind-calico/calico/calico-typha.yaml",
         "kubectl --context kind-trio-typha apply --server-side --force-conflicts "
         "-k deploy/overlays/kind-calico",
         "rollout status deployment/calico-typha",
@@ -57,33 +71,144 @@ def test_kind_up_prints_its_commands_in_order() -> None:
         assert hits, f"no command with {fragment!r} in:\n" + "\n".join(lines)
         positions.append(hits[0])
     assert positions == sorted(positions), "\n".join(lines)
-    # The image is built by docker or podman, whichever is present.
-    build = lines[positions[1]]
-    assert build.startswith(("docker ", "podman ", "`command -v docker"))
-    # Calico's manifest is fetched at run time, for v3.32.1, into the overlay (ignored by git).
+    # Re-runnable: the cluster is created only when kind does not list it; every other
+    # step (build, save, load, download, server-side apply, waits) is safe to repeat.
+    create = lines[positions[0]]
+    assert create.endswith(
+        f"KIND_EXPERIMENTAL_PROVIDER={ENGINE} kind create cluster --config kind-config.yaml")
+    # kind is told which engine answered: its own detection picks docker for a bare CLI.
+    for line in lines:
+        if line.startswith(("kind ", "KIND_")) or " kind " in line:
+            assert line.count("kind ") == line.count(f"KIND_EXPERIMENTAL_PROVIDER={ENGINE} kind ")
+    # Calico's manifest is fetched at run time, for v3.32.1, into the overlay (ignored by
+    # git), and takes its place only once complete (a failed download leaves the .part).
     curl = shlex.split(lines[positions[4]])
     url = curl[-1]
     assert url == ("https://raw.githubusercontent.com/projectcalico/calico/v3.32.1/"
                    "manifests/calico-typha.yaml")
-    assert curl[curl.index("-o") + 1] == "deploy/overlays/kind-calico/calico-typha.yaml"
+    assert curl[curl.index("-o") + 1] == "deploy/overlays/kind-calico/calico/calico-typha.yaml.part"
     kustomization = yaml.safe_load(
-        (ROOT / "deploy/overlays/kind-calico/kustomization.yaml").read_text())
+        (ROOT / "deploy/overlays/kind-calico/calico/kustomization.yaml").read_text())
     assert "calico-typha.yaml" in kustomization["resources"]
     # Every line is a plain shell command.
     for line in lines:
         shlex.split(line)
 
 
+def test_one_image_reference_for_the_justfile_and_every_manifest() -> None:
+    """The reference is set once (deploy/base's ``images:``); the Justfile builds, saves,
+    pushes and loads it.  It is fully qualified (``localhost/`` or a registry host), so
+    docker, podman and the kind nodes' containerd all name the image the same way (podman
+    stores an unqualified ``trio-typha:dev`` as ``localhost/trio-typha:dev``)."""
+    ref = evaluate("image_ref")
+    host = ref.split("/")[0]
+    assert "/" in ref and (host == "localhost" or "." in host or ":" in host), ref
+    assert dry_run("image") == [f"BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile ."]
+    [_, push] = dry_run("push")  # the registry check, then the push
+    assert push == f"{ENGINE} push {ref}"
+    # Nowhere else does a deploy file or the Justfile spell an image tag of ours.
+    for path in [ROOT / "Justfile", *(ROOT / "deploy").rglob("*.yaml")]:
+        if path.name == "calico-typha.yaml":
+            continue
+        text = path.read_text()
+        assert not re.search(r"trio-typha:[\w.-]+", text.replace("trio-typha:\n", "")), path
+
+
+def test_push_refuses_a_reference_without_a_registry() -> None:
+    """``push`` runs this guard first (``just`` evaluates the engine before any line, so
+    the guard is run here on its own: no engine answers on this machine)."""
+    assert dry_run("push")[0].startswith('case "localhost/')
+    out = subprocess.run([str(JUST), "_require-registry"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=30, check=False)
+    assert out.returncode == 2
+    assert "names no registry: set newName in deploy/base/kustomization.yaml" in out.stderr
+
+
+def fake_engine(bin_dir: Path, name: str, answers: bool) -> None:
+    """A stand-in docker/podman CLI (no container engine runs here): only ``info``,
+    succeeding when its daemon is meant to answer, as the real CLIs exit."""
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = info ] && exit {0 if answers else 1}\nexit 3\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(("docker", "podman", "chosen"), [
+    (True, True, "docker"), (False, True, "podman"), (True, None, "docker"),
+    (None, True, "podman"), (False, False, None), (None, None, None)])
+def test_the_engine_is_the_one_whose_daemon_answers(tmp_path: Path, docker: bool | None,
+                                                    podman: bool | None,
+                                                    chosen: str | None) -> None:
+    """tools/engine.sh, as the Justfile evaluates it: a docker CLI whose daemon does not
+    answer is passed over for podman; with neither answering, the recipe stops."""
+    for name, answers in (("docker", docker), ("podman", podman)):
+        if answers is not None:
+            fake_engine(tmp_path, name, answers)
+    for tool in ("bash", "sh"):  # only these and the fakes on PATH
+        (tmp_path / tool).symlink_to(shutil.which(tool) or tool)
+    run = subprocess.run([str(JUST), "--evaluate", "engine"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, check=False, env={"PATH": str(tmp_path)})
+    if chosen is None:
+        assert run.returncode != 0
+        assert "no container engine answers" in run.stderr
+    else:
+        assert (run.returncode, run.stdout) == (0, chosen), run.stderr
+
+
 def test_the_other_recipes_are_plain_commands() -> None:
-    assert dry_run("kind-down") == ["kind delete cluster --name trio-typha"]
-    [churn] = dry_run("churn", "20", "30")
-    assert shlex.split(churn)[:4] == [".venv/bin/python", "-m", "testbed.churn", "--rate"]
-    assert "--seconds 30" in churn
-    [e2e] = dry_run("e2e")
-    assert "TRIO_TYPHA_E2E_KUBECONFIG=" in e2e and "pytest tests/e2e" in e2e
-    [image] = dry_run("image")
-    assert image.endswith("build -t trio-typha:dev -f Containerfile .")
+    assert dry_run("kind-down") == [
+        f"KIND_EXPERIMENTAL_PROVIDER={ENGINE} kind delete cluster --name trio-typha",
+        "rm -rf .kind deploy/overlays/kind-calico/calico/calico-typha.yaml "
+        "deploy/overlays/kind-calico/calico/calico-typha.yaml.part"]
+    guard, venv, churn = dry_run("churn", "20", "30")
+    assert "kubectl config get-contexts -o name | grep -qxF kind-trio-typha" in guard
+    assert venv == "bash -c 'source tools/bootstrap.sh && bootstrap_env'"
+    words = shlex.split(churn)
+    assert words[:3] == [".venv/bin/python", "-m", "testbed.churn"]
+    assert words[words.index("--context") + 1] == "kind-trio-typha"
+    assert "--cleanup" in words and "--seconds 30" in churn
+    guard, venv, e2e = dry_run("e2e")
+    assert "grep -qxF kind-trio-typha" in guard
+    assert venv == "bash -c 'source tools/bootstrap.sh && bootstrap_env e2e'"
+    assert e2e.startswith("TRIO_TYPHA_E2E_CONTEXT=kind-trio-typha .venv/bin/pytest tests/e2e")
+    assert "TRIO_TYPHA_E2E_KUBECONFIG" not in e2e
     assert dry_run("certs") == ["bash deploy/certs.sh deploy/overlays/mtls/certs"]
+
+
+def test_a_named_context_replaces_the_kind_one() -> None:
+    _, _, churn = dry_run("context=staging", "churn")
+    assert "--context staging" in churn
+    guard, _, e2e = dry_run("context=staging", "e2e")
+    assert "grep -qxF staging" in guard and "TRIO_TYPHA_E2E_CONTEXT=staging" in e2e
+
+
+def kubeconfig(path: Path, current: str, contexts: list[str]) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": current,
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": n, "context": {"cluster": "c", "user": "u"}} for n in contexts]}))
+    return path
+
+
+@pytest.mark.parametrize("recipe", ["e2e", "churn"])
+def test_e2e_and_churn_refuse_a_current_context_that_is_not_kinds(tmp_path: Path,
+                                                                  recipe: str) -> None:
+    """Run for real, with a kubeconfig whose current context is someone's production
+    cluster: the recipe stops at its guard (kubectl reads the kubeconfig; nothing is
+    contacted, the venv is not touched, no test and no churn runs)."""
+    kc = kubeconfig(tmp_path / "kc", "prod", ["prod"])
+    out = subprocess.run([str(JUST), recipe], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=False, env={**os.environ, "KUBECONFIG": str(kc)})
+    assert out.returncode == 2, out.stderr
+    assert ("no kube-context kind-trio-typha: run just kind-up, or name the cluster to use: "
+            "just context=NAME ...") in out.stderr
+    assert "bootstrap" not in out.stderr and out.stdout == ""
+    # The guard passes once the context is there (named or kind's).
+    kubeconfig(kc, "prod", ["prod", "kind-trio-typha"])
+    for args in (["_require-context"], ["context=prod", "_require-context"]):
+        ok = subprocess.run([str(JUST), *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=False, env={**os.environ, "KUBECONFIG": str(kc)})
+        assert ok.returncode == 0, ok.stderr
 
 
 def test_certs_recipe_makes_the_overlays_certificates(tmp_path: Path) -> None:

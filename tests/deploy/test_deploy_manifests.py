@@ -20,6 +20,7 @@ from tests.deploy.deploy_render import (
     by_kind,
     container,
     env,
+    image_ref,
     render,
     round_trip_losses,
     with_certs,
@@ -87,7 +88,17 @@ spec:
             httpGet: {path: /liveness, port: 9098, host: localhost}
           readinessProbe:
             httpGet: {path: /readiness, port: 9098, host: localhost}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: calico-typha, namespace: kube-system, labels: {k8s-app: calico-typha}}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {k8s-app: calico-typha}}
 """
+#: What the kind overlay drops from Calico's manifest: trio-typha's own take their place.
+CALICOS_TYPHA = {("Deployment", "calico-typha"), ("Service", "calico-typha"),
+                 ("PodDisruptionBudget", "calico-typha")}
 
 
 def kustomizations() -> list[Path]:
@@ -97,16 +108,18 @@ def kustomizations() -> list[Path]:
 def prepared(tmp_path: Path) -> Path:
     """deploy/ copied, with the mTLS certificates and the kind overlay's Calico stand-in."""
     copy = with_certs(tmp_path)
-    (copy / "overlays/kind-calico/calico-typha.yaml").write_text(CALICO_STAND_IN)
+    (copy / "overlays/kind-calico/calico/calico-typha.yaml").write_text(CALICO_STAND_IN)
     return copy
 
 
 def test_every_kustomization_is_covered() -> None:
     names = {str(p.relative_to(DEPLOY)) for p in kustomizations()}
-    assert names == {"base", "rbac", "overlays/mtls", "overlays/kind-calico"}
+    assert names == {"base", "rbac", "overlays/mtls", "overlays/kind-calico",
+                     "overlays/kind-calico/calico"}
 
 
-@pytest.mark.parametrize("where", ["base", "rbac", "overlays/mtls", "overlays/kind-calico"])
+@pytest.mark.parametrize("where", ["base", "rbac", "overlays/mtls", "overlays/kind-calico",
+                                   "overlays/kind-calico/calico"])
 def test_renders_and_every_object_loads_into_client_models(tmp_path: Path, where: str) -> None:
     objs = render(prepared(tmp_path) / where)
     assert objs
@@ -135,7 +148,7 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"].items() <= labels.items()
     c = container(dep)
-    assert c["image"] == "trio-typha:0.1.0"
+    assert c["image"] == image_ref()
     assert {p["containerPort"]: p["name"] for p in c["ports"]}[5473] == "calico-typha"
     assert c["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": 9098,
                                              "host": "localhost"}
@@ -161,6 +174,11 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
     cfg = load_config({k: v for k, v in variables.items() if k.startswith("TYPHA_")})
     assert server_processes(cfg) >= 1
     assert cfg.health_enabled and cfg.health_port == 9098
+    # The pod is on the node's network: plaintext metrics stay on its loopback (Calico's
+    # manifest leaves them off for this reason), and no port is declared for them.
+    assert cfg.prometheus_metrics_enabled and cfg.prometheus_metrics_host == "127.0.0.1"
+    assert not cfg.prometheus_metrics_cert_file
+    assert [p["containerPort"] for p in c["ports"]] == [5473]
     assert spec["terminationGracePeriodSeconds"] >= cfg.shutdown_timeout_secs > 0
 
     pdb = by_kind(objs, "PodDisruptionBudget", "calico-typha")
@@ -255,33 +273,52 @@ async def test_mtls_overlay_certificates_work_with_the_daemon(tmp_path: Path) ->
             assert not client.kvs and client.status is not SyncStatus.IN_SYNC
 
 
-def test_kind_overlay_replaces_only_calicos_typha(tmp_path: Path) -> None:
+def test_kind_overlay_is_calico_with_the_base_as_its_typha(tmp_path: Path) -> None:
+    """Calico's manifest without its Typha, plus deploy/base as it is deployed anywhere
+    (same image reference, RBAC, Service, PDB), with only the pull policy and the size
+    changed for a laptop."""
     copy = prepared(tmp_path)
     objs = render(copy / "overlays/kind-calico")
+    base = render(copy / "base")
     original = [d for d in yaml.safe_load_all(CALICO_STAND_IN) if d]
     dep = by_kind(objs, "Deployment", "calico-typha")
     spec = dep["spec"]["template"]["spec"]
     c = container(dep)
-    assert (c["image"], c["imagePullPolicy"]) == ("trio-typha:dev", "Never")
-    assert (c["command"], c["args"]) == (["trio-typha"], ["serve"])
+    assert (c["image"], c["imagePullPolicy"]) == (image_ref(), "Never")
+    assert "command" not in c and "args" not in c  # the image's entrypoint: trio-typha serve
     assert dep["spec"]["replicas"] == 3
     assert spec["serviceAccountName"] == "trio-typha"
     assert spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    # Calico's settings stay: grace period, probes, its TYPHA_* variables (merged by name).
-    assert spec["terminationGracePeriodSeconds"] == 300
-    assert env(c)["TYPHA_SHUTDOWNTIMEOUTSECS"] == "300"
-    assert env(c)["TYPHA_PROMETHEUSMETRICSENABLED"] == "true"
-    assert c["livenessProbe"]["httpGet"]["path"] == "/liveness"
-    # Everything else is Calico's object as published, and the project's RBAC is added.
+    assert c["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    # One process per replica: each would hold its own copy of the cache.
+    [workers] = [e for e in c["env"] if e["name"] == "TYPHA_SERVERWORKERS"]
+    assert workers == {"name": "TYPHA_SERVERWORKERS", "value": "1"}
+    variables = env(c)
+    cfg = load_config({k: v for k, v in variables.items() if k.startswith("TYPHA_")})
+    assert server_processes(cfg) == 1
+    assert spec["terminationGracePeriodSeconds"] >= cfg.shutdown_timeout_secs == 300
+    # Apart from those fields, the base's Deployment as it is.
+    base_dep = by_kind(base, "Deployment", "calico-typha")
+    base_c = container(base_dep)
+    for key in ("env", "resources", "imagePullPolicy"):
+        c.pop(key)
+        base_c.pop(key)
+    assert dep == base_dep
+    # Calico's own Typha objects are gone, the base's stand in their place, and everything
+    # else is Calico's object as published.
     for obj in original:
-        if obj["kind"] != "Deployment":
-            assert by_kind(objs, obj["kind"], obj["metadata"]["name"]) == obj
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in CALICOS_TYPHA:
+            assert by_kind(objs, *key) == by_kind(base, *key)
+        else:
+            assert by_kind(objs, *key) == obj
     binding = by_kind(objs, "ClusterRoleBinding", "trio-typha")
     assert binding["subjects"][0]["name"] == "trio-typha"
 
 
 def test_calicos_manifest_and_certificates_are_never_committed() -> None:
-    for path in ("deploy/overlays/kind-calico/calico-typha.yaml",
+    for path in ("deploy/overlays/kind-calico/calico/calico-typha.yaml",
+                 "deploy/overlays/kind-calico/calico/calico-typha.yaml.part",
                  "deploy/overlays/mtls/certs/ca.key"):
         ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
         assert ignored.returncode == 0, f"{path} is not ignored by git"

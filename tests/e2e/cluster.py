@@ -2,7 +2,8 @@
 
 :func:`open_cluster` gives the tests one interface over both:
 
-* **real** (``TRIO_TYPHA_E2E_KUBECONFIG`` is set, or the current kube-context is
+* **real** (``TRIO_TYPHA_E2E_CONTEXT`` names a kube-context, ``TRIO_TYPHA_E2E_KUBECONFIG``
+  names a kubeconfig with context ``kind-trio-typha``, or the current kube-context is
   ``kind-trio-typha``, as ``just kind-up`` leaves it): trio-typha runs as the
   ``calico-typha`` Deployment, the agents are the real calico-node pods (one per node), and
   replicas are reached through ``kubectl port-forward`` and ``kubectl exec``;
@@ -44,6 +45,7 @@ from trio_typha.model import kinds as K
 from trio_typha.model.kv import SYNCER_TYPES
 
 KUBECONFIG_ENV = "TRIO_TYPHA_E2E_KUBECONFIG"
+CONTEXT_ENV = "TRIO_TYPHA_E2E_CONTEXT"
 KIND_CONTEXT = "kind-trio-typha"
 NAMESPACE = TYPHA_NAMESPACE
 TYPHA_SELECTOR = "k8s-app=calico-typha"
@@ -51,17 +53,31 @@ TYPHA_SELECTOR = "k8s-app=calico-typha"
 PATIENCE = 120.0
 
 
+class RefusedContext(RuntimeError):
+    """The kube-context named for the suite is not in the kubeconfig: nothing is touched."""
+
+
 def real_kubeconfig() -> tuple[str | None, str | None] | None:
-    """(kubeconfig path, context) of a real cluster to test, or None for the embedded one."""
-    explicit = os.environ.get(KUBECONFIG_ENV)
-    if explicit:
-        return explicit, None
-    paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    """(kubeconfig path, context) of a real cluster to test, or None for the embedded one.
+
+    A real cluster is only ever reached through a context named here: the one given in
+    ``TRIO_TYPHA_E2E_CONTEXT`` (``just context=NAME e2e``), else ``kind-trio-typha`` when
+    ``TRIO_TYPHA_E2E_KUBECONFIG`` names a kubeconfig or the current context is the kind
+    cluster's.  Whatever else the current context is, it is never used."""
+    explicit = os.environ.get(KUBECONFIG_ENV) or None
+    named = os.environ.get(CONTEXT_ENV) or None
+    paths = explicit or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
-        _, active = kubernetes.config.list_kube_config_contexts(
-            config_file=paths.split(os.pathsep)[0])
+        contexts, active = kubernetes.config.list_kube_config_contexts(config_file=paths)
     except (kubernetes.config.ConfigException, OSError):
-        return None
+        contexts, active = [], None
+    if explicit or named:
+        context = named or KIND_CONTEXT
+        if context not in {c.get("name") for c in contexts or []}:
+            raise RefusedContext(f"kubeconfig {paths} has no context {context}: the e2e suite "
+                                 f"runs only against a context named in {CONTEXT_ENV} "
+                                 f"(default {KIND_CONTEXT})")
+        return explicit, context
     if active and active.get("name") == KIND_CONTEXT:
         return None, KIND_CONTEXT
     return None
