@@ -91,7 +91,7 @@ async def test_debug_endpoint_and_sigusr1_memory_profile(tmp_path: Path) -> None
             memory = (await http.get(f"{base}/debug/memory")).text
             config = json.loads((await http.get(f"{base}/debug/config")).text)
             missing = await http.get(f"{base}/debug/nothing")
-        assert "Daemon.run" in tasks and "SyncerPipeline.run" in tasks
+        assert "ServingProcess.run" in tasks and "SyncerPipeline.run" in tasks
         assert "tracemalloc is not tracing" not in memory and "size=" in memory
         assert config["DebugMemoryProfilePath"] == template and config["DebugHost"] == \
             "127.0.0.1"
