@@ -61,6 +61,11 @@ _require-registry:
 certs DIR="deploy/overlays/mtls/certs":
     bash deploy/certs.sh {{DIR}}
 
+# Run after `kubectl apply -k deploy/overlays/mtls`; the calico-node pods restart with it.
+# Point calico-node (kube-context `context`) at the mTLS overlay's certificates.
+mtls-calico-node: _require-context
+    kubectl --context {{context}} -n kube-system patch daemonset calico-node --type strategic --patch-file deploy/overlays/mtls/calico-node-tls.yaml
+
 # Every step can be re-run: after a failure, run `just kind-up` again.  kind is told the
 # engine (KIND_EXPERIMENTAL_PROVIDER): its own detection takes a docker CLI without a daemon.
 # kind cluster (1 control plane + 3 workers): Calico v3.32.1 with trio-typha as its Typha.

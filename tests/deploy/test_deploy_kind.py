@@ -172,6 +172,12 @@ def test_the_other_recipes_are_plain_commands() -> None:
     assert e2e.startswith("TRIO_TYPHA_E2E_CONTEXT=kind-trio-typha .venv/bin/pytest tests/e2e")
     assert "TRIO_TYPHA_E2E_KUBECONFIG" not in e2e
     assert dry_run("certs") == ["bash deploy/certs.sh deploy/overlays/mtls/certs"]
+    guard, patch = dry_run("mtls-calico-node")
+    assert "grep -qxF kind-trio-typha" in guard
+    assert shlex.split(patch) == [
+        "kubectl", "--context", "kind-trio-typha", "-n", "kube-system", "patch", "daemonset",
+        "calico-node", "--type", "strategic", "--patch-file",
+        "deploy/overlays/mtls/calico-node-tls.yaml"]
 
 
 def test_a_named_context_replaces_the_kind_one() -> None:

@@ -4,6 +4,8 @@ the objects are shaped as Calico's calico-typha deployment is."""
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import ssl
 import subprocess
@@ -192,21 +194,39 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
     by_kind(objs, "ServiceAccount", spec["serviceAccountName"])
 
 
-def mtls_files(dep: dict[str, Any], certs: Path) -> dict[str, Path]:
-    """TYPHA_* TLS variables of the Deployment, with paths mapped from the volumes'
-    mount points to the Secrets' source files in ``certs``."""
-    spec = dep["spec"]["template"]["spec"]
-    c = container(dep)
-    secret_of = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
-    mounts = {m["mountPath"]: secret_of[m["name"]] for m in c["volumeMounts"]
-              if m["name"] in secret_of}
-    sources = {("typha-certs", "tls.crt"): "typha-server.crt",
-               ("typha-certs", "tls.key"): "typha-server.key", ("typha-ca", "ca.crt"): "ca.crt"}
+def mounted_files(pod: dict[str, Any], container_name: str, objs: list[dict[str, Any]],
+                  root: Path) -> dict[str, Path]:
+    """Every file the container sees from a Secret volume, written under ``root`` from the
+    rendered Secrets' data as the kubelet would: path in the container -> file here."""
+    secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
+    volumes = {v["name"]: v["secret"]["secretName"] for v in pod["spec"]["volumes"]
+               if "secret" in v}
+    [c] = [c for c in pod["spec"]["containers"] if c["name"] == container_name]
     out = {}
-    for name in ("TYPHA_CAFILE", "TYPHA_SERVERCERTFILE", "TYPHA_SERVERKEYFILE"):
-        mount, _, key = env(c)[name].rpartition("/")
-        out[name] = certs / sources[(mounts[mount], key)]
+    for mount in c.get("volumeMounts") or []:
+        if mount["name"] not in volumes:
+            continue
+        secret = secrets[volumes[mount["name"]]]
+        for key, data in secret["data"].items():
+            local = root / volumes[mount["name"]] / key
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(base64.b64decode(data))
+            out[f"{mount['mountPath']}/{key}"] = local
     return out
+
+
+def calico_node_with_mtls(copy: Path) -> dict[str, Any]:
+    """The stand-in calico-node DaemonSet with calico-node-tls.yaml applied by kubectl's own
+    strategic merge (``kubectl patch --local``, what ``just mtls-calico-node`` sends)."""
+    [ds] = [d for d in yaml.safe_load_all(CALICO_STAND_IN) if d and d["kind"] == "DaemonSet"]
+    (copy / "calico-node.yaml").write_text(yaml.safe_dump(ds))
+    out = subprocess.run(["kubectl", "patch", "--local", "-f", str(copy / "calico-node.yaml"),
+                          "--type", "strategic", "--patch-file",
+                          str(copy / "overlays/mtls/calico-node-tls.yaml"), "-o", "json"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    patched: dict[str, Any] = json.loads(out.stdout)
+    return patched
 
 
 def test_mtls_overlay_mounts_secrets_made_by_certs_sh(tmp_path: Path) -> None:
@@ -218,8 +238,9 @@ def test_mtls_overlay_mounts_secrets_made_by_certs_sh(tmp_path: Path) -> None:
     assert set(secrets["typha-certs"]["data"]) == {"tls.crt", "tls.key"}
     dep = by_kind(objs, "Deployment", "calico-typha")
     assert env(container(dep))["TYPHA_CLIENTCN"] == "typha-client"
-    files = mtls_files(dep, copy / "overlays/mtls/certs")
-    assert all(p.exists() for p in files.values())
+    files = mounted_files(dep["spec"]["template"], "calico-typha", objs, tmp_path / "typha")
+    for name in ("TYPHA_CAFILE", "TYPHA_SERVERCERTFILE", "TYPHA_SERVERKEYFILE"):
+        assert env(container(dep))[name] in files
     subjects = {}
     for who in ("typha-server", "typha-client"):
         crt = copy / f"overlays/mtls/certs/{who}.crt"
@@ -234,39 +255,69 @@ def test_mtls_overlay_mounts_secrets_made_by_certs_sh(tmp_path: Path) -> None:
     assert "CN=typha-client" in subjects["typha-client"].replace(" ", "")
 
 
-async def test_mtls_overlay_certificates_work_with_the_daemon(tmp_path: Path) -> None:
-    """The overlay's variables and certificates, as the pod would see them: calico-node's
-    certificate (node-certs) is accepted, a certificate without CN typha-client is not."""
-    copy = await trio.to_thread.run_sync(prepared, tmp_path)
-    certs = copy / "overlays/mtls/certs"
-    objs = await trio.to_thread.run_sync(render, copy / "overlays/mtls")
+def test_mtls_calico_node_patch_sets_felix_from_the_same_secrets(tmp_path: Path) -> None:
+    """calico-node keeps Calico's settings (env merged by name) and gains Felix's four TLS
+    parameters (felix/config/config_params.go: TyphaCAFile, TyphaCertFile, TyphaKeyFile,
+    TyphaCN), every file mounted from a Secret the overlay makes."""
+    copy = prepared(tmp_path)
+    objs = render(copy / "overlays/mtls")
+    ds = calico_node_with_mtls(copy)
+    pod = ds["spec"]["template"]
+    felix = env(container({"spec": {"template": pod}}, "calico-node"))
+    assert felix["FELIX_TYPHAK8SSERVICENAME"] == "calico-typha"
+    files = mounted_files(pod, "calico-node", objs, tmp_path / "node")
+    # Felix's rule: CA, certificate and key together, with a CN or a URI SAN.
+    for name in ("FELIX_TYPHACAFILE", "FELIX_TYPHACERTFILE", "FELIX_TYPHAKEYFILE"):
+        assert felix[name] in files, name
+    assert felix["FELIX_TYPHACN"] == "typha-server"
+    # The same CA as the server's, and calico-node presents the CN the server asks for.
     dep = by_kind(objs, "Deployment", "calico-typha")
-    files = mtls_files(dep, certs)
-    cfg = daemon_config({"TYPHA_CAFILE": str(files["TYPHA_CAFILE"]),
-                         "TYPHA_SERVERCERTFILE": str(files["TYPHA_SERVERCERTFILE"]),
-                         "TYPHA_SERVERKEYFILE": str(files["TYPHA_SERVERKEYFILE"]),
-                         "TYPHA_CLIENTCN": env(container(dep))["TYPHA_CLIENTCN"]},
+    typha = mounted_files(dep["spec"]["template"], "calico-typha", objs, tmp_path / "typha")
+    assert files[felix["FELIX_TYPHACAFILE"]].read_bytes() == \
+        typha[env(container(dep))["TYPHA_CAFILE"]].read_bytes()
+    subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
+                              str(files[felix["FELIX_TYPHACERTFILE"]])],
+                             capture_output=True, text=True, check=True).stdout
+    assert f"CN={env(container(dep))['TYPHA_CLIENTCN']}" in subject.replace(" ", "")
+
+
+async def test_mtls_overlay_certificates_work_with_the_daemon(tmp_path: Path) -> None:
+    """Both ends as the pods would see them (files from the rendered Secrets, paths from the
+    Deployment and the patched calico-node): Felix's settings complete the handshake and the
+    sync; the server's own certificate, without CN typha-client, is refused."""
+    copy = await trio.to_thread.run_sync(prepared, tmp_path)
+    objs = await trio.to_thread.run_sync(render, copy / "overlays/mtls")
+    ds = await trio.to_thread.run_sync(calico_node_with_mtls, copy)
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    typha = mounted_files(dep["spec"]["template"], "calico-typha", objs, tmp_path / "typha")
+    node = mounted_files(ds["spec"]["template"], "calico-node", objs, tmp_path / "node")
+    tenv = env(container(dep))
+    felix = env(container({"spec": ds["spec"]}, "calico-node"))
+    cfg = daemon_config({name: str(typha[tenv[name]]) for name in
+                         ("TYPHA_CAFILE", "TYPHA_SERVERCERTFILE", "TYPHA_SERVERKEYFILE")}
+                        | {"TYPHA_CLIENTCN": tenv["TYPHA_CLIENTCN"]},
                         DatastoreType="memory", MemoryDemoCluster="tiny")
 
-    def felix_context(cert: str) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    def felix_context(cert: Path, key: Path) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(node[felix["FELIX_TYPHACAFILE"]]))
         ctx.check_hostname = False  # Felix checks the CN (FELIX_TYPHACN), not a host name
-        ctx.load_cert_chain(str(certs / f"{cert}.crt"), str(certs / f"{cert}.key"))
+        ctx.load_cert_chain(str(cert), str(key))
         return ctx
 
     async with running_daemon(cfg) as daemon:
         port = daemon.ports["server"]
-        # As Felix with FELIX_TYPHACN=typha-server: the server's certificate names it.
+        as_felix = felix_context(node[felix["FELIX_TYPHACERTFILE"]],
+                                 node[felix["FELIX_TYPHAKEYFILE"]])
         async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
-                               ssl_context=felix_context("typha-client"),
-                               server_cn="typha-server") as client:
+                               ssl_context=as_felix, server_cn=felix["FELIX_TYPHACN"]) as client:
             with trio.fail_after(HANG):
                 await client.wait_for_status(SyncStatus.IN_SYNC)
             assert client.kvs
         # The server's own certificate is from the same CA but has the wrong CN.
+        wrong = felix_context(typha[tenv["TYPHA_SERVERCERTFILE"]],
+                              typha[tenv["TYPHA_SERVERKEYFILE"]])
         async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
-                               ssl_context=felix_context("typha-server"),
-                               server_cn="typha-server") as client:
+                               ssl_context=wrong, server_cn=felix["FELIX_TYPHACN"]) as client:
             with trio.fail_after(HANG):
                 async for _event in client:
                     pass
