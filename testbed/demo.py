@@ -273,7 +273,7 @@ class Demo:
         }
         return sample
 
-    def _dashboard(self, path: str) -> tuple[int, str, bytes] | None:
+    async def _dashboard(self, path: str) -> tuple[int, str, bytes] | None:
         files = {"/": ("index.html", "text/html; charset=utf-8"),
                  "/index.html": ("index.html", "text/html; charset=utf-8"),
                  "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8")}
@@ -284,7 +284,7 @@ class Demo:
         found = files.get(path)
         if found is None:
             return None
-        return 200, found[1], (DASHBOARD / found[0]).read_bytes()
+        return 200, found[1], await trio.Path(DASHBOARD / found[0]).read_bytes()
 
     async def _fleet_feed(self, ws: Any) -> None:
         try:
