@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -70,8 +70,8 @@ from trio_typha.client.typha import (
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
 from trio_typha.protocols.grpc.status import GrpcError
 
-from . import invariant
-from .invariant import ExpectedKV
+if TYPE_CHECKING:
+    from .invariant import ExpectedKV
 from .jsonlines import JsonLines, send_json
 
 log = logging.getLogger("testbed.fleet")
@@ -330,7 +330,7 @@ class AgentGroup:
 
     def __init__(self, specs: Sequence[AgentSpec], discovery: DiscoverySpec,
                  policy: ReconnectPolicy, *, seed: int = 0, tls: ClientTLS | None = None,
-                 read_timeout: float = 30.0, reconnect: bool = True,
+                 read_timeout: float = 30.0, reconnect: bool = True, receipts: bool = True,
                  on_updates: Callable[[Agent, Sequence[SerializedUpdate]], None] | None = None
                  ) -> None:
         self.discovery = discovery
@@ -338,6 +338,7 @@ class AgentGroup:
         self.tls = tls
         self.read_timeout = read_timeout
         self.reconnect = reconnect
+        self.receipts = receipts  # False: drain_receipts() has nothing (a benchmark's agents)
         self._on_updates = on_updates
         self._delays: list[float] = []
         self._receipts: list[tuple[str, float, str]] = []
@@ -366,7 +367,8 @@ class AgentGroup:
                     agent = Agent(spec, connector, tls=self.tls,
                                   read_timeout=self.read_timeout,
                                   reconnect=self.reconnect, on_delay=self._delays.append,
-                                  on_receipt=partial(self._receipt, spec.protocol),
+                                  on_receipt=partial(self._receipt, spec.protocol)
+                                  if self.receipts else None,
                                   on_updates=self._on_updates, on_change=self._notify)
                     self.agents.append(agent)
                 # start_soon, not start: a busy fleet (agents decoding snapshots) would make
@@ -428,6 +430,10 @@ class AgentGroup:
     def compare(self, expected: Mapping[str, Mapping[str, ExpectedKV]]) -> dict[str, Any]:
         """Every agent's state against ``expected`` (syncer type -> the invariant checker's
         expected state): agents that are not in sync or differ in any key."""
+        # Imported here: the checker (and the model validation it loads) takes half a second
+        # to import, which every benchmark agent process would pay at start-up.
+        from . import invariant
+
         bad: list[dict[str, Any]] = []
         keys = 0
         for a in self.agents:
@@ -474,6 +480,8 @@ def _emit(obj: dict[str, Any]) -> None:
 
 def load_expected(path: str) -> dict[str, dict[str, ExpectedKV]]:
     """Read what :meth:`Fleet.compare` wrote: syncer -> key -> [value, revision, source]."""
+    from .invariant import ExpectedKV
+
     with open(path) as fh:
         doc = json.load(fh)
     return {syncer: {k: ExpectedKV(v.encode(), rev, src) for k, (v, rev, src) in kvs.items()}

@@ -47,7 +47,7 @@ async def run(args: argparse.Namespace) -> None:
     specs = [AgentSpec(f"{args.hostname}-{i}", args.protocol, args.syncer)
              for i in range(args.n)]
     group = AgentGroup(specs, DiscoverySpec(static=(args.addr,)), POLICY, tls=tls,
-                       read_timeout=args.read_timeout, reconnect=False)
+                       read_timeout=args.read_timeout, reconnect=False, receipts=False)
     t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
         await nursery.start(group.run)

@@ -85,6 +85,22 @@ def test_steady_over_mutual_tls(protocol: str) -> None:
     assert not row["client_errors"]
 
 
+@pytest.mark.parametrize(("protocol", "impl", "tls"),
+                         [("typha", "python", False), ("grpc", "h2", True)])
+def test_fanout_with_the_test_bed_agents(protocol: str, impl: str, tls: bool) -> None:
+    """bench/fanout.py's Python clients: the test bed's agents (python -m testbed.fleet_bench)
+    speaking the runner's contract, over plain TCP and mutual TLS."""
+    done = subprocess.run([sys.executable, "bench/fanout.py", "--protocol", protocol,
+                           "--client-impl", impl, "--clients", "3", "--cluster", "tiny",
+                           "--rate", "20", "--seconds", "1", *(["--tls"] if tls else [])],
+                          cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True, timeout=120)
+    result = json.loads(done.stdout)
+    assert result["client_impl"] == impl and result["tls"] is tls
+    assert not result["client_errors"] and not result["clients_not_in_sync"]
+    assert result["churn_writes"] > 0
+    assert result["delay"]["n"] == result["expected_deliveries"] == 3 * result["churn_writes"]
+
+
 def test_memory() -> None:
     row = bench("memory", "--clients", "2", "--cluster", "tiny")
     assert row["peak_rss_mib"] > 0 and row["rss_with_clients_mib"] > 0
