@@ -51,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import fanout  # noqa: E402
-from _common import cpu_seconds, rss_peak_mib  # noqa: E402
+from _common import cpu_seconds, memory_daemon, rss_peak_mib  # noqa: E402
 
 SCENARIOS = ("storm", "steady", "memory", "startup", "balance")
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -138,25 +138,14 @@ async def baseline(args: argparse.Namespace, fa: argparse.Namespace) -> dict[str
     client fleet, in this process (bench/raw_blast.py)."""
     from raw_blast import GrpcRawBlast, RawBlast
 
-    from trio_typha.config_sources import load_config
-    from trio_typha.daemon import Daemon
-    from trio_typha.datastore.memory import MemoryStore
-    from trio_typha.datastore.synthetic import generate
-
-    async with trio.open_nursery() as nursery:
-        store = MemoryStore()
-        store.put_all(generate(args.cluster))
-        cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1",
-                                         "ServerWorkers": "1"})
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        await daemon.wait_in_sync()
+    async with memory_daemon(args.cluster) as server:
+        daemon = server.daemon
         crumb = daemon.pipelines["felix"].feed.snapshot_point()
         blast: RawBlast | GrpcRawBlast
         if args.protocol == "typha":
             blast = RawBlast(crumb.snapshot())
         else:  # the same message batches the daemon's Sync service sends
             blast = GrpcRawBlast(crumb, daemon.ctx.settings.normalized().max_message_size)
-        daemon.shutdown()
     async with trio.open_nursery() as nursery:
         port = await nursery.start(blast.serve)
         cpu0 = cpu_seconds()

@@ -3,12 +3,14 @@ runner's JSON-lines contract (the Python agents' side is ``python -m testbed.fle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import statistics
 import sys
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from testbed.fleet import CHURN_STAMP
@@ -22,6 +24,38 @@ def churn_delays(values: Iterable[bytes | None], now_ns: int) -> list[float]:
         if m:
             out.append((now_ns - int(m.group(1))) / 1e9)
     return out
+
+
+@dataclass
+class MemoryDaemon:
+    daemon: Any  # trio_typha.daemon.Daemon
+    store: Any  # trio_typha.datastore.memory.MemoryStore
+    objects: int  # resources of the synthetic cluster in the store
+
+
+@contextlib.asynccontextmanager
+async def memory_daemon(cluster: str, **overrides: str) -> AsyncIterator[MemoryDaemon]:
+    """The real daemon in this process on the memory datastore holding the synthetic
+    ``cluster``, in sync (one process, on loopback, any port unless ``overrides`` say
+    otherwise); shut down when the block ends.  (Imported here: the client fleets import this
+    module too, and need none of the server.)"""
+    import trio
+
+    from trio_typha.config_sources import load_config
+    from trio_typha.daemon import Daemon
+    from trio_typha.datastore.memory import MemoryStore
+    from trio_typha.datastore.synthetic import generate
+
+    store = MemoryStore()
+    objects = store.put_all(generate(cluster))
+    cfg = load_config({}, config_file=None, overrides={
+        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
+        **overrides})
+    async with trio.open_nursery() as nursery:
+        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
+        await daemon.wait_in_sync()
+        yield MemoryDaemon(daemon, store, objects)
+        daemon.shutdown()
 
 
 def _line(obj: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import fanout  # noqa: E402
-from _common import process_cpu_seconds  # noqa: E402
+from _common import memory_daemon, process_cpu_seconds  # noqa: E402
 
 #: Clients the fleet runs per process (two processes, as the other scenarios).
 FLEET_PROCS = 2
@@ -93,21 +93,12 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
                       ) -> dict[str, Any]:
     import httpx
 
-    from trio_typha.config_sources import load_config
-    from trio_typha.daemon import Daemon
-    from trio_typha.datastore.memory import MemoryStore
-    from trio_typha.datastore.synthetic import generate
-
-    store = MemoryStore()
-    store.put_all(generate(cluster))
-    cfg = load_config({}, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": str(workers),
-        "HealthEnabled": "true", "HealthHost": "127.0.0.1", "HealthPort": "0",
-        "ServerPingIntervalSecs": "10"})
     out: dict[str, Any] = {"workers": workers}
-    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        await daemon.wait_in_sync()
+    async with memory_daemon(cluster, ServerWorkers=str(workers), HealthEnabled="true",
+                             HealthHost="127.0.0.1", HealthPort="0",
+                             ServerPingIntervalSecs="10") as server, \
+            httpx.AsyncClient() as http:
+        daemon = server.daemon
         pool = daemon.workers
         await poll(lambda: _true(pool is None or pool.ready))
         url = f"http://127.0.0.1:{daemon.ports['health']}/connections"
@@ -148,7 +139,6 @@ async def real_server(workers: int, clients: int, cluster: str, gobtool: str
             out["restarted_worker_share"] = round(after[victim] / before[victim], 3)
             await second.done()
         await first.done()
-        daemon.shutdown()
     return out
 
 
@@ -220,21 +210,10 @@ async def _worker(mode: str, control: socket.socket, port: int, blast: Any) -> N
 async def compressed_snapshot(cluster: str) -> bytes:
     """The felix snapshot of ``cluster`` as the compressed gob stream, built by the daemon
     as the other scenarios build it (once: every prototype worker reads it from a file)."""
-    from trio_typha.config_sources import load_config
-    from trio_typha.daemon import Daemon
-    from trio_typha.datastore.memory import MemoryStore
-    from trio_typha.datastore.synthetic import generate
     from trio_typha.protocols.gob import encode_once
 
-    store = MemoryStore()
-    store.put_all(generate(cluster))
-    cfg = load_config({}, overrides={"DatastoreType": "memory", "ServerHost": "127.0.0.1",
-                                     "ServerWorkers": "1"})
-    async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        await daemon.wait_in_sync()
-        snapshot = daemon.pipelines["felix"].feed.snapshot_point().snapshot()
-        daemon.shutdown()
+    async with memory_daemon(cluster) as server:
+        snapshot = server.daemon.pipelines["felix"].feed.snapshot_point().snapshot()
     return encode_once.build_compressed_snapshot(snapshot)
 
 

@@ -20,14 +20,17 @@ import sys
 import trio
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import cpu_seconds, current_rss_mib, report, rss_peak_mib  # noqa: E402
+from _common import (  # noqa: E402
+    cpu_seconds,
+    current_rss_mib,
+    memory_daemon,
+    report,
+    rss_peak_mib,
+)
 from fanout import ClientFleet, build_gobtool, fleet_commands  # noqa: E402
 
-from trio_typha.config_sources import load_config  # noqa: E402
 from trio_typha.daemon import Daemon  # noqa: E402
 from trio_typha.datastore.churn import Churn  # noqa: E402
-from trio_typha.datastore.memory import MemoryStore  # noqa: E402
-from trio_typha.datastore.synthetic import generate  # noqa: E402
 from trio_typha.server.fdlimit import raise_nofile_limit  # noqa: E402
 
 
@@ -41,23 +44,18 @@ def _pongs(daemon: Daemon) -> int:
 
 async def run(args: argparse.Namespace) -> dict:
     raise_nofile_limit()  # the children inherit the raised limit
-    store = MemoryStore()
-    objects = store.put_all(generate(args.cluster))
-    cfg = load_config({}, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
-        "ServerPingIntervalSecs": str(args.ping_interval),
-        "CacheWakeIntervalSecs": str(args.wake_interval),
-        "MaxConnectionsUpperLimit": str(max(10000, 2 * args.clients)),
-        "LogSeverityScreen": "WARNING"})
     gob = args.clients // 2
     grpc = args.clients - gob
     result: dict = {"bench": "connections", "clients": args.clients, "gob": gob, "grpc": grpc,
-                    "cluster": args.cluster, "objects": objects, "hold_s": args.hold,
+                    "cluster": args.cluster, "hold_s": args.hold,
                     "ping_interval_s": args.ping_interval, "churn_rate": args.rate}
     gobtool = build_gobtool()
-    async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        await daemon.wait_in_sync()
+    async with memory_daemon(args.cluster, ServerPingIntervalSecs=str(args.ping_interval),
+                             CacheWakeIntervalSecs=str(args.wake_interval),
+                             MaxConnectionsUpperLimit=str(max(10000, 2 * args.clients)),
+                             LogSeverityScreen="WARNING") as server:
+        daemon, store = server.daemon, server.store
+        result["objects"] = server.objects
         port = daemon.ports["server"]
         rss_idle = current_rss_mib()
         result["server_rss_before_clients_mib"] = round(rss_idle, 1)
@@ -98,7 +96,6 @@ async def run(args: argparse.Namespace) -> dict:
                                    for e in done.get("errors", [])][:10]
         result["server_cpu_total_s"] = round(cpu_seconds(), 2)
         result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
-        daemon.shutdown()
     return result
 
 

@@ -18,26 +18,17 @@ import time
 from typing import Any
 
 import trio
+from _common import memory_daemon
 
 from trio_typha.cache.core import Breadcrumb, SnapshotCache
-from trio_typha.config_sources import load_config
-from trio_typha.daemon import Daemon
 from trio_typha.datastore.churn import Churn
-from trio_typha.datastore.memory import MemoryStore
-from trio_typha.datastore.synthetic import generate
 from trio_typha.upstream import wire
 
 
 async def breadcrumbs(cluster: str, writes: int) -> list[Breadcrumb]:
-    store = MemoryStore()
-    store.put_all(generate(cluster))
-    cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1", "ServerWorkers": "1",
-        "LogSeverityScreen": "WARNING"})
-    async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        await daemon.wait_in_sync()
-        feed = daemon.pipelines["felix"].feed
+    async with memory_daemon(cluster, LogSeverityScreen="WARNING") as server:
+        store = server.store
+        feed = server.daemon.pipelines["felix"].feed
         start = feed.latest
         churn = Churn(store, 1000.0, policy_fraction=0.0)
         for _ in range(writes):
@@ -49,7 +40,6 @@ async def breadcrumbs(cluster: str, writes: int) -> list[Breadcrumb]:
         while crumb.next is not None:
             crumb = crumb.next
             crumbs.append(crumb)
-        daemon.shutdown()
     return crumbs
 
 

@@ -18,33 +18,26 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
+from _common import memory_daemon
 
 from testbed.fleet import Agent, AgentGroup, AgentSpec, DiscoverySpec
 from trio_typha.client.discovery import ReconnectPolicy
-from trio_typha.config_sources import load_config
-from trio_typha.daemon import Daemon
 from trio_typha.datastore.churn import Churn
-from trio_typha.datastore.memory import MemoryStore
-from trio_typha.datastore.synthetic import generate
 from trio_typha.model.kv import SerializedUpdate
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    store = MemoryStore()
-    store.put_all(generate(args.cluster))
-    cfg = load_config({}, config_file=None, overrides={
-        "DatastoreType": "memory", "ServerHost": "127.0.0.1",
-        "ServerWorkers": str(args.workers), "LogSeverityScreen": "WARNING",
-        "HealthEnabled": "true", "HealthHost": "127.0.0.1", "HealthPort": "0"})
     received: dict[str, list[tuple[str, bytes | None, float]]] = {}
 
     def note(agent: Agent, updates: Sequence[SerializedUpdate]) -> None:
         now = trio.current_time()
         received.setdefault(agent.spec.name, []).extend((u.key, u.value, now) for u in updates)
 
-    async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(cfg, store=store, listen_port=0).run)
-        await daemon.wait_in_sync()
+    async with memory_daemon(args.cluster, ServerWorkers=str(args.workers),
+                             LogSeverityScreen="WARNING", HealthEnabled="true",
+                             HealthHost="127.0.0.1", HealthPort="0") as server, \
+            trio.open_nursery() as nursery:
+        daemon = server.daemon
         while daemon.workers is not None and not daemon.workers.ready:  # noqa: ASYNC110
             await trio.sleep(0.2)
         port = daemon.ports["server"]
@@ -53,17 +46,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                              DiscoverySpec(static=(f"127.0.0.1:{port}",)),
                              ReconnectPolicy(startup_delay_max=0.0), reconnect=False,
                              on_updates=note)
-        clients_scope = trio.CancelScope()
-
-        async def run_clients(task_status: trio.TaskStatus[None]) -> None:
-            with clients_scope:
-                await clients.run(task_status=task_status)
-
-        await nursery.start(run_clients)
+        await nursery.start(clients.run)
         await clients.wait_until(lambda g: all(a.in_sync for a in g.agents))
         start = feed.latest
         with trio.move_on_after(args.seconds):
-            await Churn(store, args.rate, policy_fraction=0.0).run()
+            await Churn(server.store, args.rate, policy_fraction=0.0).run()
         await trio.sleep(2)
         published: dict[tuple[str, bytes | None], float] = {}
         crumb = start
@@ -75,8 +62,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if daemon.workers is not None:
             served_by.update({row["hostname"]: row["worker"]
                               for row in await daemon.workers.connection_rows()})
-        clients_scope.cancel()
-        daemon.shutdown()
+        nursery.cancel_scope.cancel()
     delays: dict[str, list[float]] = {"on_primary": [], "on_workers": []}
     for host, got in received.items():
         side = "on_workers" if host in served_by else "on_primary"

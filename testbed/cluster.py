@@ -8,9 +8,9 @@ EndpointSlice the way the manifests and the EndpointSlice controller would (one 
 ``calico-typha``, label ``kubernetes.io/service-name``, one endpoint per replica with its node
 and readiness), so agents discover the replicas exactly as calico-node would.
 
-The resource builders (``v3``, ``wep_name``, ``k8s_node``, ``k8s_network_policy``) are what
-the tests, the benchmarks and the chaos suite write Calico v3 resources, Nodes and
-NetworkPolicies with.
+The resource builders (``v3``, ``wep_name``, ``k8s_node``, ``k8s_pod``,
+``k8s_network_policy``) are what the tests, the benchmarks and the chaos suite write Calico v3
+resources, Nodes, Pods and NetworkPolicies with.
 """
 
 from __future__ import annotations
@@ -63,6 +63,18 @@ def k8s_node(name: str, ip: str | None = None, *, pod_cidr: str | None = None
     if pod_cidr is not None:
         obj["spec"] = {"podCIDR": pod_cidr}
     return obj
+
+
+def k8s_pod(name: str, namespace: str = "default", *, labels: dict[str, str] | None = None,
+            node: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A Kubernetes Pod with one container; ``spec`` adds to (or replaces) its spec."""
+    md: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels is not None:
+        md["labels"] = dict(labels)
+    body: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if node is not None:
+        body["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": {**body, **spec}}
 
 
 def k8s_network_policy(name: str, *, namespace: str = "default", app: str | None = None,

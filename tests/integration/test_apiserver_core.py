@@ -23,6 +23,7 @@ from testbed.apiserver.selectors import (
 from testbed.apiserver.status import ApiError
 from testbed.apiserver.store import Store
 from testbed.apiserver.watch import WatchCursor
+from testbed.cluster import k8s_pod
 from trio_typha.model.kinds import NAMESPACE, POD, calico_kind
 
 IPPOOL = calico_kind("IPPool", "crd.projectcalico.org")
@@ -30,8 +31,7 @@ IPPOOL = calico_kind("IPPool", "crd.projectcalico.org")
 
 def pod(name: str, ns: str = "default", labels: dict[str, str] | None = None,
         **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {}},
-            "spec": {"containers": [{"name": "c", "image": "x"}], **spec}}
+    return k8s_pod(name, ns, labels=labels or {}, **spec)
 
 
 def names(store: Store, ns: str | None = None, **kw: Any) -> list[str]:

@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from testbed.apiserver import ApiServer
+from testbed.cluster import k8s_pod
 from trio_typha.model.kinds import NAMESPACE, POD
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -91,7 +92,7 @@ async def connect(nursery: trio.Nursery, server: ApiServer) -> Client:
 
 
 def pod(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": []}}
+    return k8s_pod(name)
 
 
 async def test_keep_alive_serves_many_requests_on_one_connection(

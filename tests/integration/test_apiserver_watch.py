@@ -17,6 +17,7 @@ import trio
 import yaml
 
 from testbed.apiserver import ApiServer, open_apiserver
+from testbed.cluster import k8s_pod
 from trio_typha.model.kinds import POD, calico_kind
 
 IPPOOL = calico_kind("IPPool", "crd.projectcalico.org")
@@ -24,8 +25,7 @@ PODS = "/api/v1/namespaces/default/pods"
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "default", "labels": labels},
-            "spec": {"containers": []}}
+    return k8s_pod(name, labels=labels)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import trustme
 
 from testbed.apiserver import ApiServer, Request, Response, open_apiserver
 from testbed.apiserver.status import internal_error
+from testbed.cluster import k8s_pod
 from tests.integration.request_log import RequestLog
 from trio_typha.config import Config
 from trio_typha.config_sources import environment_config
@@ -65,8 +66,7 @@ async def watching(server: ApiServer, kinds: Sequence[ResourceKind], *,
 
 
 def pod(name: str, ns: str = "default", **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+    return k8s_pod(name, ns, labels=labels)
 
 
 def summary(event: DatastoreEvent) -> tuple[Any, ...]:
