@@ -181,6 +181,29 @@ async def h2_flood(host: str, port: int, kind: Attack, *, seconds: float = 10.0,
     return outcome
 
 
+async def h2_oversized_frame(host: str, port: int, *, length: int = (1 << 24) - 1,
+                             wait: float = 10.0) -> Outcome:
+    """Open a stream, then send a DATA frame header announcing ``length`` bytes (more
+    than the server's SETTINGS_MAX_FRAME_SIZE) and part of its body; read until the
+    server's GOAWAY and close (or ``wait``)."""
+    outcome = Outcome()
+    stream = await trio.open_tcp_stream(host, port)
+    async with stream, trio.open_nursery() as nursery:
+        reader = _FrameReader(stream, outcome)
+        nursery.start_soon(reader.run)
+        header = length.to_bytes(3) + bytes([0, 0]) + (1).to_bytes(4)
+        try:
+            await stream.send_all(PREFACE + SettingsFrame(0).serialize()
+                                  + _headers(hpack.Encoder(), 1) + header + b"\0" * 4096)
+            outcome.frames_sent = 3
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        with trio.move_on_after(wait):
+            await reader.done.wait()
+        nursery.cancel_scope.cancel()
+    return outcome
+
+
 async def h2_idle(host: str, port: int, *, open_stream: bool = False,
                   give_up_after: float = 600.0) -> Outcome:
     """Send the preface and SETTINGS (and, if asked, open a stream and end it), then

@@ -1,6 +1,7 @@
 """Each HTTP/2 flood, from raw peers, against the real daemon while canaries on both
 protocols follow a stream of writes: the attacker gets GOAWAY ENHANCE_YOUR_CALM, the
-metric counts it, memory stays bounded, and the canaries get every write."""
+metric counts it, memory stays bounded, and the canaries get every write.  A peer that
+breaks framing with an oversized frame gets GOAWAY FRAME_SIZE_ERROR at once."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from testbed.hostile import (
     Canary,
     canary_key,
     h2_flood,
+    h2_oversized_frame,
     rss_bytes,
     wait_delivered,
     write_canaries,
@@ -91,3 +93,42 @@ async def test_flood_is_closed_and_canaries_keep_receiving(daemon, kind, caplog)
         assert canary.received_between(attack_started, attack_ended) > 0, canary.protocol
         assert set(written) <= canary.arrivals.keys()
     assert rss_bytes() - rss_before < 64 << 20
+
+
+async def test_oversized_frame_gets_goaway_frame_size_error_and_canaries_keep_receiving(
+        daemon, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    port = daemon.ports["server"]
+    canaries = [Canary("127.0.0.1", port, proto, prefix=canary_key("oversized-"))
+                for proto in ("typha", "grpc")]
+    async with trio.open_nursery() as nursery:
+        for canary in canaries:
+            with trio.fail_after(15):
+                await nursery.start(canary.run)
+        stop = trio.Event()
+        written: list[str] = []
+
+        async def writer() -> None:
+            written.extend(await write_canaries(daemon.store.put, "oversized", stop))
+
+        nursery.start_soon(writer)
+        outcomes = []
+        for length in (16_385, 1 << 20, (1 << 24) - 1):
+            outcomes.append((length, await h2_oversized_frame("127.0.0.1", port,
+                                                              length=length, wait=10)))
+        stop.set()
+        with trio.fail_after(20):
+            await wait_delivered(canaries, written)
+        nursery.cancel_scope.cancel()
+
+    for length, outcome in outcomes:
+        assert outcome.goaway_code == ErrorCodes.FRAME_SIZE_ERROR, (length, outcome)
+        assert str(length).encode() in outcome.goaway_debug
+        assert outcome.closed
+    lines = [r.getMessage() for r in caplog.records
+             if r.levelno == logging.WARNING and "FRAME_SIZE_ERROR" in r.getMessage()]
+    assert len(lines) == len(outcomes), lines
+    assert all("127.0.0.1" in line for line in lines)
+    for canary in canaries:
+        assert canary.disconnects == 0 and canary.error is None, canary
+        assert set(written) <= canary.arrivals.keys()

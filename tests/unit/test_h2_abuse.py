@@ -282,3 +282,46 @@ def test_log_throttle_memory_is_bounded():
     for i in range(10_000):
         throttle.allow(i, float(i) / 1000)
     assert len(throttle._last) <= 100
+
+
+@pytest.mark.parametrize("length", [16_384 + 1, (1 << 24) - 1])
+def test_frame_over_the_advertised_max_size_is_a_connection_error(length: int) -> None:
+    # RFC 9113 section 4.2: a frame larger than SETTINGS_MAX_FRAME_SIZE (16,384 until we
+    # advertise more) cannot be skipped, so the connection ends with FRAME_SIZE_ERROR at
+    # once rather than parsing on out of step with the peer.
+    peer = RawPeer()
+    sid, opening = peer.headers()
+    header = length.to_bytes(3) + bytes([0, 0]) + sid.to_bytes(4)
+    peer.send(opening + header + b"\0" * 1000)
+    assert [e for e in peer.events if isinstance(e, RequestReceived)]
+    end = peer.ended()
+    assert not end.by_peer and end.flood is None
+    assert "FRAME_SIZE_ERROR" in end.reason and str(length) in end.reason
+    assert peer.core.state is ConnectionState.CLOSED
+    fs = peer.read()
+    assert _goaway_code(fs) == ErrorCodes.FRAME_SIZE_ERROR
+    (goaway,) = [f for f in fs if isinstance(f, GoAwayFrame)]
+    assert goaway.last_stream_id == sid
+    assert str(length).encode() in goaway.additional_data
+    # Nothing more is read from it.
+    assert peer.send(PingFrame(0).serialize()) == []
+    assert peer.read() == []
+
+
+def test_oversized_frame_split_across_reads_is_refused_on_its_header() -> None:
+    peer = RawPeer()
+    peer.send(((1 << 24) - 1).to_bytes(3)[:2])
+    assert peer.core.state is ConnectionState.OPEN
+    peer.send(((1 << 24) - 1).to_bytes(3)[2:] + bytes([0, 0, 0, 0, 0, 1]))
+    assert "FRAME_SIZE_ERROR" in peer.ended().reason
+    assert _goaway_code(peer.read()) == ErrorCodes.FRAME_SIZE_ERROR
+
+
+def test_a_frame_of_exactly_the_max_size_is_accepted() -> None:
+    peer = RawPeer()
+    sid, opening = peer.headers()
+    data = DataFrame(sid)
+    data.data = frame_message(b"x" * (16_384 - 5))
+    peer.send(opening + data.serialize())
+    assert not [e for e in peer.events if isinstance(e, ConnectionEnded)]
+    assert peer.core.state is ConnectionState.OPEN

@@ -273,12 +273,13 @@ class H2Core:
         run_start = 0  # bytes [run_start, pos) go to h2 together
         frames = 0
         report: FloodReport | None = None
+        oversized = 0  # the length an oversized frame header announced
         while max_frames is None or frames < max_frames:
             end = self._frame_end(pos)
             if end is None:
                 break
-            if end < 0:  # a frame larger than allowed: h2 says how that ends
-                pos = len(buf)
+            if end < 0:
+                oversized = int.from_bytes(buf[pos:pos + 3])
                 break
             frames += 1
             ftype, flags = buf[pos + 3], buf[pos + 4]
@@ -300,6 +301,16 @@ class H2Core:
                 break
         ok = self._h2_receive(buf[run_start:pos], events)
         del buf[:pos]
+        if oversized and ok:
+            # Framing cannot resume after a frame we will not read: a connection error
+            # (RFC 9113 section 4.2), answered at once.
+            limit = self._h2.max_inbound_frame_size
+            reason = f"frame of {oversized} bytes exceeds SETTINGS_MAX_FRAME_SIZE {limit}"
+            self.close(ErrorCodes.FRAME_SIZE_ERROR, reason)
+            events.append(ConnectionEnded(f"HTTP/2 protocol error from peer: {reason} "
+                                          "(FRAME_SIZE_ERROR)", by_peer=False))
+            buf.clear()
+            ok = False
         report = report or self._tripped
         if report is not None and ok:
             self.close(ErrorCodes.ENHANCE_YOUR_CALM, str(report))
