@@ -45,7 +45,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         clients = AgentGroup([AgentSpec(f"c{i}", "typha") for i in range(args.clients)],
                              DiscoverySpec(static=(f"127.0.0.1:{port}",)),
                              ReconnectPolicy(startup_delay_max=0.0), reconnect=False,
-                             on_updates=note)
+                             receipts=False, delays=False, on_updates=note)
         await nursery.start(clients.run)
         await clients.wait_until(lambda g: all(a.in_sync for a in g.agents))
         start = feed.latest

@@ -190,7 +190,7 @@ class Agent:
         self.failures = 0
         self.drops: list[float] = []  # trio time each established connection was lost
         self.last_error = ""
-        self._on_delay = on_delay or (lambda _d: None)
+        self._on_delay = on_delay
         self._on_change = on_change or (lambda: None)
         self._on_receipt = on_receipt
         self._on_updates = on_updates
@@ -244,13 +244,13 @@ class Agent:
         self.updates += len(updates)
         if self._on_updates is not None:
             self._on_updates(self, updates)
-        if not self.in_sync:
+        delay, receipt = self._on_delay, self._on_receipt
+        if not self.in_sync or (delay is None and receipt is None):
             return
         now = time.time_ns()
-        receipt = self._on_receipt
         for u in updates:
-            if u.value and (m := CHURN_STAMP.search(u.value)):
-                self._on_delay((now - int(m.group(1))) / 1e9)
+            if delay is not None and u.value and (m := CHURN_STAMP.search(u.value)):
+                delay((now - int(m.group(1))) / 1e9)
             if receipt is not None and u.revision:
                 receipt(u.revision, now / 1e9)
 
@@ -331,7 +331,7 @@ class AgentGroup:
     def __init__(self, specs: Sequence[AgentSpec], discovery: DiscoverySpec,
                  policy: ReconnectPolicy, *, seed: int = 0, tls: ClientTLS | None = None,
                  read_timeout: float = 30.0, reconnect: bool = True, receipts: bool = True,
-                 on_updates: Callable[[Agent, Sequence[SerializedUpdate]], None] | None = None
+                 delays: bool = True, on_updates: Callable[[Agent, Sequence[SerializedUpdate]], None] | None = None
                  ) -> None:
         self.discovery = discovery
         self.policy = policy
@@ -339,6 +339,7 @@ class AgentGroup:
         self.read_timeout = read_timeout
         self.reconnect = reconnect
         self.receipts = receipts  # False: drain_receipts() has nothing (a benchmark's agents)
+        self.measure_delays = delays  # False: no churn-stamp parsing (in-process benchmarks)
         self._on_updates = on_updates
         self._delays: list[float] = []
         self._receipts: list[tuple[str, float, str]] = []
@@ -366,7 +367,8 @@ class AgentGroup:
                                           self.policy, rng)
                     agent = Agent(spec, connector, tls=self.tls,
                                   read_timeout=self.read_timeout,
-                                  reconnect=self.reconnect, on_delay=self._delays.append,
+                                  reconnect=self.reconnect,
+                                  on_delay=self._delays.append if self.measure_delays else None,
                                   on_receipt=partial(self._receipt, spec.protocol)
                                   if self.receipts else None,
                                   on_updates=self._on_updates, on_change=self._notify)
