@@ -59,6 +59,11 @@ def test_image_shape() -> None:
     # (the last stage needs no network) and without test extras.
     [install] = [rest for w, rest in final if w == "RUN" and "pip install" in rest]
     assert "--no-index" in install and "/tmp/wheels/" in install and "[test]" not in install
+    # The wheels are bind-mounted from the first stage for that one step: no layer holds
+    # them (a COPY, even one removed later, would stay in its own layer).
+    assert install.startswith("--mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels ")
+    assert not [rest for w, rest in final if w in ("COPY", "ADD") and "wheels" in rest]
+    assert "rm " not in install
     assert any(w == "RUN" and "pip wheel" in rest for w, rest in steps)
     # A fixed, numeric, non-root user, set before the entrypoint.
     [user] = [rest for w, rest in final if w == "USER"]
@@ -129,6 +134,52 @@ def test_project_wheel_carries_the_entrypoint(tmp_path: Path) -> None:
         assert requires and not [r for r in requires if "testbed" in r]
     assert "trio_typha/daemon.py" in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "testbed/"))]
+
+
+def _requirement_names(requires: list[str]) -> set[str]:
+    """Distribution names of the requirements that apply here without extras (markers
+    evaluated for this interpreter)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    out = set()
+    for text in requires:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.add(canonicalize_name(req.name))
+    return out
+
+
+def test_the_wheels_dependency_closure_excludes_kubernetes_and_the_test_bed(
+        tmp_path: Path) -> None:
+    """What the image installs: the project's wheel and everything it requires, followed
+    through the installed distributions' metadata.  The official ``kubernetes`` client (and
+    its own closure: google-auth, requests, websocket-client, ...) is a test dependency only;
+    kubeconfigs are read by trio_typha/datastore/kubeconfig.py with PyYAML."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300,
+                   capture_output=True)
+    [wheel] = tmp_path.glob("trio_typha-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        [metadata] = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        direct = [line.split(":", 1)[1].strip() for line in z.read(metadata).decode()
+                  .splitlines() if line.startswith("Requires-Dist:")]
+    closure: set[str] = set()
+    todo = _requirement_names(direct)
+    while todo:
+        name = todo.pop()
+        if name in closure:
+            continue
+        closure.add(name)
+        try:
+            todo |= _requirement_names(requires(name) or [])
+        except PackageNotFoundError:
+            raise AssertionError(f"{name} (required) is not installed here") from None
+    assert {"trio", "httpx", "pyyaml", "cryptography"} <= closure
+    assert "kubernetes" not in closure and "trio-typha-testbed" not in closure
+    assert not closure & {"google-auth", "requests", "websocket-client", "urllib3"}, closure
 
 
 def test_docker_build() -> None:

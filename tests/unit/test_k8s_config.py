@@ -247,3 +247,125 @@ def test_ssl_context_rejects_a_bad_ca_file(tmp_path: Path) -> None:
     cfg = _load({"K8S_API_ENDPOINT": "https://h", "K8S_CA_FILE": str(garbage)}, tmp_path)
     with pytest.raises(KubeConfigError, match=f"CA file {garbage}"):
         build_ssl_context(cfg)
+
+
+def _exec_plugin(tmp_path: Path, status: dict[str, Any], *, exit_code: int = 0) -> Path:
+    """A real credential plugin: prints an ExecCredential, and records its environment."""
+    script = tmp_path / "bin" / "plugin"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        f"open({str(tmp_path / 'seen.json')!r}, 'a').write(json.dumps("
+        "{k: os.environ.get(k) for k in ('KUBERNETES_EXEC_INFO', 'PLUGIN_REGION', 'PATH')})"
+        " + '\\n')\n"
+        f"print(json.dumps({{'apiVersion': 'client.authentication.k8s.io/v1', "
+        f"'kind': 'ExecCredential', 'status': {status!r}}}))\n"
+        f"sys.exit({exit_code})\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_kubeconfig_exec_plugin_token_and_refresh(tmp_path: Path) -> None:
+    """client-go's exec credential plugin: run with the inherited environment plus its env
+    and KUBERNETES_EXEC_INFO; a relative command path resolves against the kubeconfig;
+    refresh_authorization runs it again."""
+    _exec_plugin(tmp_path, {"token": "from-plugin"})
+    kc = _kubeconfig(tmp_path / "kc", current="main",
+                     clusters={"c": {"server": "https://h:6443"}},
+                     users={"u": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                           "command": "./bin/plugin", "args": [],
+                                           "env": [{"name": "PLUGIN_REGION",
+                                                    "value": "eu-1"}]}}},
+                     contexts={"main": ("c", "u")})
+    cfg = _load({"KUBECONFIG": str(kc)}, tmp_path)
+    assert cfg.authorization == "Bearer from-plugin"
+    assert cfg.token_file is None and cfg.refresh_authorization is not None
+    assert cfg.refresh_authorization() == "Bearer from-plugin"
+    seen = [yaml.safe_load(line) for line in (tmp_path / "seen.json").read_text().splitlines()]
+    assert len(seen) == 2
+    info = yaml.safe_load(seen[0]["KUBERNETES_EXEC_INFO"])
+    assert info == {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                    "spec": {"interactive": False}}
+    assert seen[0]["PLUGIN_REGION"] == "eu-1" and seen[0]["PATH"]
+
+
+def test_kubeconfig_exec_plugin_client_certificate(tmp_path: Path,
+                                                   pki: dict[str, Path]) -> None:
+    _exec_plugin(tmp_path, {"clientCertificateData": pki["cert"].read_text(),
+                            "clientKeyData": pki["key"].read_text()})
+    kc = _kubeconfig(tmp_path / "kc", current="main",
+                     clusters={"c": {"server": "https://h:6443",
+                                     "certificate-authority": str(pki["ca"])}},
+                     users={"u": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                           "command": str(tmp_path / "bin/plugin")}}},
+                     contexts={"main": ("c", "u")})
+    cfg = _load({"KUBECONFIG": str(kc)}, tmp_path)
+    assert cfg.authorization is None
+    assert cfg.cert_file and Path(cfg.cert_file).read_bytes() == pki["cert"].read_bytes()
+    assert cfg.key_file and Path(cfg.key_file).stat().st_mode & 0o077 == 0
+    build_ssl_context(cfg)
+
+
+def test_kubeconfig_exec_plugin_failures_name_the_user(tmp_path: Path) -> None:
+    def with_plugin(status: dict[str, Any], exit_code: int = 0) -> Path:
+        _exec_plugin(tmp_path, status, exit_code=exit_code)
+        return _kubeconfig(tmp_path / "kc", current="main",
+                           clusters={"c": {"server": "https://h"}},
+                           users={"ops": {"exec": {
+                               "apiVersion": "client.authentication.k8s.io/v1",
+                               "command": str(tmp_path / "bin/plugin")}}},
+                           contexts={"main": ("c", "ops")})
+    with pytest.raises(KubeConfigError, match="user ops: exec plugin exited with status 3"):
+        _load({"KUBECONFIG": str(with_plugin({"token": "t"}, 3))}, tmp_path)
+    with pytest.raises(KubeConfigError, match="neither a token nor a client certificate"):
+        _load({"KUBECONFIG": str(with_plugin({}))}, tmp_path)
+
+
+def test_kubeconfig_basic_auth_and_refused_auth_provider(tmp_path: Path) -> None:
+    kc = _kubeconfig(tmp_path / "kc", current="basic",
+                     clusters={"c": {"server": "https://h"}},
+                     users={"b": {"username": "admin", "password": "pw"},
+                            "g": {"auth-provider": {"name": "gcp", "config": {}}}},
+                     contexts={"basic": ("c", "b"), "gke": ("c", "g")})
+    cfg = _load({"KUBECONFIG": str(kc)}, tmp_path)
+    assert cfg.authorization == "Basic " + base64.b64encode(b"admin:pw").decode()
+    with pytest.raises(KubeConfigError, match="user g: auth-provider 'gcp' is not supported"):
+        _load({"KUBECONFIG": str(kc), "K8S_CURRENT_CONTEXT": "gke"}, tmp_path)
+
+
+def test_kubeconfig_first_file_defines_a_name(tmp_path: Path) -> None:
+    """client-go's merge: a cluster named in two files is the first file's."""
+    first = _kubeconfig(tmp_path / "a", current="main",
+                        clusters={"c": {"server": "http://first:1"}},
+                        users={"u": {"token": "t1"}}, contexts={"main": ("c", "u")})
+    second = _kubeconfig(tmp_path / "b", current=None,
+                         clusters={"c": {"server": "http://second:2"}},
+                         users={"u": {"token": "t2"}}, contexts={})
+    assert _load({"KUBECONFIG": f"{second}:{first}"}, tmp_path).server == "http://second:2"
+    assert _load({"KUBECONFIG": f"{first}:{second}"}, tmp_path).authorization == "Bearer t1"
+
+
+@pytest.mark.parametrize("user", [{"token": "s3cret"}, {"username": "u", "password": "p"}])
+def test_kubeconfig_reads_as_the_official_client_does(tmp_path: Path, pki: dict[str, Path],
+                                                      user: dict[str, Any]) -> None:
+    """The same kubeconfig through the official ``kubernetes`` client's loader (a test
+    dependency): the same server, CA, client certificate, verification and header."""
+    kubernetes = pytest.importorskip("kubernetes")
+    kc = _kubeconfig(tmp_path / "kc", current="main",
+                     clusters={"c": {"server": "https://api.example:6443",
+                                     "certificate-authority": "ca.pem",
+                                     "tls-server-name": "api.internal"}},
+                     users={"u": {**user, "client-certificate": "client.pem",
+                                  "client-key": "client-key.pem"}},
+                     contexts={"main": ("c", "u")})
+    ours = _load({"KUBECONFIG": str(kc)}, tmp_path)
+    theirs = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kc), client_configuration=theirs)
+    header = theirs.api_key.get("BearerToken") or theirs.get_basic_auth_token()
+    assert ours.server == theirs.host
+    assert (ours.ca_file, ours.cert_file, ours.key_file) == (
+        theirs.ssl_ca_cert, theirs.cert_file, theirs.key_file)
+    assert ours.insecure_skip_tls_verify is not theirs.verify_ssl
+    assert ours.tls_server_name == theirs.tls_server_name
+    assert ours.authorization == header

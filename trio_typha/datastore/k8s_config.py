@@ -4,8 +4,9 @@ Typha's KDD client reads the generic Calico client environment (not ``TYPHA_*``)
 variable under the ``CALICO_`` prefix first and then bare, like ``envconfig.Process("calico")``
 (:mod:`trio_typha.config` declares and reads them; this module gets them parsed):
 
-* ``KUBECONFIG`` (a ``:``-separated list is allowed), parsed with the ``kubernetes`` package's
-  kubeconfig loader (contexts, tokens, token files, exec plugins, inline certificate data);
+* ``KUBECONFIG`` (a ``:``-separated list is allowed), read as client-go reads it
+  (:mod:`trio_typha.datastore.kubeconfig`: contexts, tokens, token files, exec plugins,
+  inline certificate data);
 * otherwise ``K8S_API_ENDPOINT``;
 * otherwise ``$HOME/.kube/config`` when it exists;
 * otherwise the in-cluster config: ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT``
@@ -13,8 +14,7 @@ variable under the ``CALICO_`` prefix first and then bare, like ``envconfig.Proc
 
 ``K8S_API_ENDPOINT``, ``K8S_CERT_FILE``, ``K8S_KEY_FILE``, ``K8S_CA_FILE``,
 ``K8S_INSECURE_SKIP_TLS_VERIFY`` and ``K8S_CURRENT_CONTEXT`` override what a kubeconfig says,
-as client-go's ``ConfigOverrides`` do.  Only the parsing is borrowed from the ``kubernetes``
-package: every request goes through httpx (``datastore.k8s_api``).
+as client-go's ``ConfigOverrides`` do.  Every request goes through httpx (``datastore.k8s_api``).
 """
 
 from __future__ import annotations
@@ -22,47 +22,19 @@ from __future__ import annotations
 import ipaddress
 import os
 import ssl
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from ..config import Config, setting_names
+from .kube_client_config import KubeClientConfig as KubeClientConfig
+from .kubeconfig import InvalidKubeconfig, read_kubeconfig, read_token
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class KubeConfigError(ValueError):
     """The Kubernetes client configuration is unusable; the message names the variable or file."""
-
-
-@dataclass(frozen=True, slots=True)
-class KubeClientConfig:
-    """Everything needed to talk to one API server (immutable; load once at startup).
-
-    ``authorization`` is a whole ``Authorization`` header value (``Bearer …`` or ``Basic …``).
-    When ``token_file`` is set the client re-reads it periodically (service-account tokens
-    are rotated by the kubelet); ``refresh_authorization`` is a blocking callable that returns
-    a fresh header value (kubeconfig exec plugins and expiring auth-provider tokens).
-    """
-
-    server: str
-    source: str  # where this came from, for log lines and errors
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    insecure_skip_tls_verify: bool = False
-    tls_server_name: str | None = None
-    proxy: str | None = None
-    authorization: str | None = None
-    token_file: str | None = None
-    refresh_authorization: Callable[[], str | None] | None = field(default=None, compare=False)
-    calico_api_group: str | None = None  # CALICO_API_GROUP as given; None: discover
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.server.startswith("https://")
 
 
 def load_kube_client_config(cfg: Config, *,
@@ -120,12 +92,9 @@ def build_ssl_context(cfg: KubeClientConfig) -> ssl.SSLContext:
 def read_token_file(path: str) -> str:
     """A bearer token file's content as an ``Authorization`` header value."""
     try:
-        token = Path(path).read_text().strip()
-    except OSError as exc:
-        raise KubeConfigError(f"token file {path}: {exc.strerror or exc}") from exc
-    if not token:
-        raise KubeConfigError(f"token file {path} is empty")
-    return f"Bearer {token}"
+        return read_token(path)
+    except InvalidKubeconfig as exc:
+        raise KubeConfigError(str(exc)) from exc
 
 
 def _setting(value: str, field: str) -> tuple[str, str] | None:
@@ -162,82 +131,13 @@ def _in_cluster(cfg: Config, sa_dir: Path) -> KubeClientConfig:
 
 
 def _from_kubeconfig(var: str, paths: str, context: str | None) -> KubeClientConfig:
-    # Imported here: the kubernetes package takes most of a second to import.
-    import yaml
-    from kubernetes.client import Configuration
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
-
     listed = [p for p in paths.split(os.pathsep) if p]
     if not any(Path(os.path.expanduser(p)).is_file() for p in listed):
         raise KubeConfigError(f"{var}={paths}: no such kubeconfig file")
-    conf = Configuration()
     try:
-        if context is None:
-            context = _first_current_context(listed, yaml.safe_load)
-        merged = KubeConfigMerger(paths).config
-        if merged is None:
-            raise ConfigException("no configuration found")
-        loader = KubeConfigLoader(config_dict=merged, active_context=context,
-                                  config_base_path=None)
-        loader.load_and_set(conf)
-        token_file = _user_token_file(merged, context)
-    except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError,
-            ValueError) as exc:
+        return read_kubeconfig(listed, context, source=f"kubeconfig {paths}")
+    except InvalidKubeconfig as exc:
         raise KubeConfigError(f"{var}={paths}: invalid kubeconfig: {exc}") from exc
-
-    refresh: Callable[[], str | None] | None = None
-    hook = conf.refresh_api_key_hook
-    if hook is not None and token_file is None:
-        def refresh() -> str | None:
-            hook(conf)
-            return _strip(conf.api_key.get("BearerToken"))
-
-    return KubeClientConfig(
-        server=conf.host.rstrip("/"),
-        source=f"kubeconfig {paths}" + (f" context {context}" if context else ""),
-        ca_file=conf.ssl_ca_cert or None,
-        cert_file=conf.cert_file or None,
-        key_file=conf.key_file or None,
-        insecure_skip_tls_verify=not conf.verify_ssl,
-        tls_server_name=conf.tls_server_name or None,
-        proxy=conf.proxy or None,
-        authorization=_strip(conf.api_key.get("BearerToken")),
-        token_file=token_file,
-        refresh_authorization=refresh,
-    )
-
-
-def _first_current_context(paths: list[str], load: Callable[[Any], Any]) -> str | None:
-    """client-go's merge rule: the first file that sets ``current-context`` decides (the
-    ``kubernetes`` package's merger lets the last one win)."""
-    for path in paths:
-        full = Path(os.path.expanduser(path))
-        if full.is_file():
-            with full.open() as f:
-                doc = load(f)
-            if isinstance(doc, dict) and doc.get("current-context"):
-                return str(doc["current-context"])
-    return None
-
-
-def _user_token_file(merged: Any, context: str | None) -> str | None:
-    """The active user's ``tokenFile`` (when no inline ``token``), to re-read like client-go."""
-    ctx = merged["contexts"].get_with_name(context or merged["current-context"])
-    user_name = ctx["context"].safe_get("user")
-    user = merged["users"].get_with_name(user_name, safe=True) if user_name else None
-    if user is None:
-        return None
-    fields = user["user"]
-    if fields.safe_get("token") or not fields.safe_get("tokenFile"):
-        return None
-    base = os.path.dirname(os.path.abspath(fields.path)) if fields.path else ""
-    return os.path.normpath(os.path.join(base, fields["tokenFile"]))
-
-
-def _strip(authorization: str | None) -> str | None:
-    # Token files often end in a newline, which is no part of the token.
-    return authorization.strip() if authorization else None
 
 
 def _validate(cfg: KubeClientConfig) -> None:
