@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from testbed.apiserver import open_apiserver
+from testbed.apiserver import ApiServer, open_apiserver
 from tests.e2e.harness import HANG, daemon_config
 from tests.etcd_server import run_etcd
 from tests.grpcio_sync import grpcio_sync
@@ -169,6 +169,10 @@ async def test_kdd_profiles_carry_the_other_stream_s_last_bookmark() -> None:
         tuning = WatchTuning(min_watch_interval=0.01, backoff_initial=0.02, backoff_max=0.2)
         async with open_kubernetes_datastore(config, tuning=tuning) as ds, \
                 daemon_on(ds) as daemon:
+            # Both streams must be watching before a bookmark counts: the second one to
+            # start is a new profile watcher, which forgets the first one's bookmark.
+            await server.wait_for_watches(lambda _: _watching(server) >= {"namespaces",
+                                                                          "serviceaccounts"})
             sa = server.store.create(K.SERVICE_ACCOUNT, {"metadata": {
                 "name": "builder", "namespace": "default"}})
             sa_rv = sa["metadata"]["resourceVersion"]
@@ -189,6 +193,11 @@ async def test_kdd_profiles_carry_the_other_stream_s_last_bookmark() -> None:
                 daemon, "felix", mark, sa_profile, UpdateType.NEW) if u.key == sa_profile]
     assert (created.v3_resource_version, created.revision) == (f"/{sa_rv}", f"{ns_rv}/")
     assert sa_created.v3_resource_version == f"{ns_rv}/"
+
+
+def _watching(server: ApiServer) -> set[str]:
+    """The plurals the test bed has a watch stream open for."""
+    return {handle.plan.cursor.kind.plural for handle in server.watches}
 
 
 async def _until(condition: Callable[[], bool]) -> None:
