@@ -9,6 +9,7 @@ trio-typha alone -- as in the image -- then the test bed beside it.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -24,6 +25,9 @@ from tests.deploy.deploy_render import ROOT
 
 #: Entries of this virtualenv's site-packages that are the project's own installs.
 OWN = ("trio_typha", "testbed", "__editable__")
+#: The official client, a test dependency only: the fresh virtualenv does without it, as
+#: the image does.
+TEST_ONLY = ("kubernetes",)
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class Venv:
             check=True, capture_output=True, text=True).stdout.strip())
         ours = Path(sysconfig.get_paths()["purelib"])
         for entry in ours.iterdir():
-            if entry.name.startswith(OWN) or entry.suffix == ".pth" \
+            if entry.name.startswith(OWN + TEST_ONLY) or entry.suffix == ".pth" \
                     or entry.name.startswith("pip"):
                 continue
             (site / entry.name).symlink_to(entry)
@@ -137,3 +141,27 @@ def test_demo_with_the_test_bed_installed_alongside(venv: Venv, wheels: Wheels) 
     # The demo's own option checks run: the command is the test bed's, not a stand-in.
     bad = venv.run("demo", "--agents", "0")
     assert bad.returncode == 2 and "--agents and --processes must be at least 1" in bad.stderr
+
+
+def test_kubeconfig_is_read_without_the_kubernetes_client(venv: Venv, tmp_path: Path) -> None:
+    """In the image's situation (no ``kubernetes`` package), a kubeconfig with a context, a
+    token and inline CA data becomes the client config the daemon uses."""
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: main\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://api.example:6443', "
+        f"certificate-authority-data: {ca}}}}}]\n"
+        "users: [{name: u, user: {token: s3cret}}]\n"
+        "contexts: [{name: main, context: {cluster: c, user: u}}]\n")
+    code = ("import importlib.util, sys\n"
+            "assert importlib.util.find_spec('kubernetes') is None, 'kubernetes is installed'\n"
+            "from trio_typha.config_sources import environment_config\n"
+            "from trio_typha.datastore.k8s_config import load_kube_client_config\n"
+            f"cfg = load_kube_client_config(environment_config({{'KUBECONFIG': {str(kc)!r}}}))\n"
+            "print(cfg.server, cfg.authorization, open(cfg.ca_file).read().strip())\n")
+    out = subprocess.run([str(venv.python), "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=venv.bin.parent, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == (
+        "https://api.example:6443 Bearer s3cret -----BEGIN CERTIFICATE-----")
