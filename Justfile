@@ -44,10 +44,10 @@ kind_context := "kind-trio-typha"
 context := kind_context
 
 # Docker's image format with either engine: podman's default (OCI) drops the HEALTHCHECK
-# (BUILDAH_FORMAT is podman build's --format; docker ignores it).
+# (BUILDAH_FORMAT is podman build's --format; docker ignores it). DOCKER_BUILDKIT: RUN --mount.
 # Build the image as the reference set in deploy/base/kustomization.yaml.
 image:
-    BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
+    DOCKER_BUILDKIT=1 BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
 
 # Push the image to the registry its reference names (set it in deploy/base/kustomization.yaml).
 push: _require-registry
@@ -71,7 +71,7 @@ mtls-calico-node: _require-context
 # kind cluster (1 control plane + 3 workers): Calico v3.32.1 with trio-typha as its Typha.
 kind-up:
     KIND_EXPERIMENTAL_PROVIDER={{engine}} kind get clusters | grep -qxF {{kind_cluster}} || KIND_EXPERIMENTAL_PROVIDER={{engine}} kind create cluster --config kind-config.yaml
-    BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
+    DOCKER_BUILDKIT=1 BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
     mkdir -p .kind
     {{engine}} save -o .kind/trio-typha.tar {{image_ref}}
     KIND_EXPERIMENTAL_PROVIDER={{engine}} kind load image-archive .kind/trio-typha.tar --name {{kind_cluster}}

@@ -50,7 +50,7 @@ def test_kind_up_prints_its_commands_in_order() -> None:
     lines = dry_run("kind-up")
     expected = [
         "kind get clusters | grep -qxF trio-typha || ",
-        f"BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile .",
+        f"DOCKER_BUILDKIT=1 BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile .",
         f"{ENGINE} save -o .kind/trio-typha.tar {ref}",
         "kind load image-archive .kind/trio-typha.tar --name trio-typha",
         "curl ",
@@ -103,7 +103,8 @@ def test_one_image_reference_for_the_justfile_and_every_manifest() -> None:
     ref = evaluate("image_ref")
     host = ref.split("/")[0]
     assert "/" in ref and (host == "localhost" or "." in host or ":" in host), ref
-    assert dry_run("image") == [f"BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile ."]
+    assert dry_run("image") == [
+        f"DOCKER_BUILDKIT=1 BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile ."]
     [_, push] = dry_run("push")  # the registry check, then the push
     assert push == f"{ENGINE} push {ref}"
     # Nowhere else does a deploy file or the Justfile spell an image tag of ours.
