@@ -18,7 +18,7 @@ import trio
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..protocols.grpc.status import GrpcError
 from ..tls.client import client_ssl_context
-from ..tls.diagnosis import REASONS, TLSFailure
+from ..tls.diagnosis import TLSFailure
 from .discovery import (
     Discovery,
     DiscoveryError,
@@ -107,11 +107,12 @@ async def _run_typha(args: argparse.Namespace, host: str, port: int, rep: Report
                          compression=not args.no_compression, ssl_context=_ssl_context(args),
                          server_hostname=args.server_cn or None, server_cn=args.server_cn,
                          server_uri_san=args.server_uri_san)
-    async for batch in client.batches():
-        if batch.updates:
-            rep.updates(batch.updates, snapshot=not batch.after_snapshot)
-        if batch.status is not None and rep.status(batch.status):
-            return
+    async with client:
+        async for batch in client.batches():
+            if batch.updates:
+                rep.updates(batch.updates, snapshot=not batch.after_snapshot)
+            if batch.status is not None and rep.status(batch.status):
+                return
 
 
 async def _candidates(args: argparse.Namespace) -> list[TyphaAddress]:
@@ -157,8 +158,8 @@ async def run_client(args: argparse.Namespace) -> int:
             print(f"trio-typha client: {address}: {exc}", file=sys.stderr)
             return 3
         except TyphaDisconnected as exc:
-            if any(f"TLS {reason}: " in str(exc) for reason in REASONS):
-                print(f"trio-typha client: {address}: {exc}", file=sys.stderr)
+            if exc.tls_failure is not None:
+                print(f"trio-typha client: {address}: {exc.tls_failure}", file=sys.stderr)
                 return 3
             if rep.view.status is SyncStatus.WAIT_FOR_DATASTORE and i + 1 < len(candidates):
                 continue  # never got going on this one: try the next, as Felix does

@@ -23,7 +23,8 @@ from ..protocols.grpc.client_session import (
     kv_from_pb,
 )
 from ..protocols.grpc.status import GrpcError, StatusCode
-from ..tls.client import tls_handshake
+from ..tls.client import ClientTLSStream, tls_handshake
+from ..tls.diagnosis import answered_in_tls
 from .view import SyncView
 
 __all__ = ["Finished", "GrpcError", "Header", "StatusChanged", "StatusCode", "SyncEvent",
@@ -53,15 +54,22 @@ async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",
     """Run one Sync stream over ``stream``; yields events until the server ends it.
 
     Raises :class:`~trio_typha.protocols.grpc.status.GrpcError` if the stream ends with a
-    non-OK status (or the connection ends without trailers).
+    non-OK status (or the connection ends without trailers), and
+    :class:`~trio_typha.tls.diagnosis.TLSFailure` if the server refused our certificate or
+    answered our plaintext in TLS.
     """
     session = ClientSession(syncer_type, hostname=hostname, info=info, version=version,
                             authority=authority)
     await stream.send_all(session.data_to_send())
+    heard = isinstance(stream, ClientTLSStream)  # only a plaintext answer is checked
     while True:
         data = await stream.receive_some(1 << 16)
         if not data:
             raise session.connection_closed()
+        if not heard:
+            heard = True
+            if (failure := answered_in_tls(data)) is not None:
+                raise failure
         events = session.receive_data(data)
         pending = session.data_to_send()
         if pending:

@@ -41,6 +41,7 @@ from ..protocols.gob.client_session import (
 )
 from ..protocols.gob.messages import MsgServerHello
 from ..tls.client import tls_handshake
+from ..tls.diagnosis import TLSFailure, answered_in_tls
 
 __all__ = [
     "Batch", "Connected", "DecoderRestarted", "Disconnected", "KVsReceived", "PingAnswered",
@@ -62,9 +63,11 @@ class Connected:
 
 @dataclass(frozen=True, slots=True)
 class Disconnected:
-    """The connection ended (or could not be made)."""
+    """The connection ended (or could not be made); ``error`` is the TLS failure that
+    ended it, if one did."""
 
     reason: str
+    error: TLSFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +81,12 @@ class Batch:
 
 
 class TyphaDisconnected(ConnectionError):
-    """The connection ended (raised by :meth:`TyphaClient.batches` without reconnect)."""
+    """The connection ended (raised by :meth:`TyphaClient.batches` without reconnect);
+    ``tls_failure`` says why when TLS did (the server refused our certificate, ...)."""
+
+    def __init__(self, reason: str, tls_failure: TLSFailure | None = None) -> None:
+        super().__init__(reason)
+        self.tls_failure = tls_failure
 
 
 TyphaEvent = (Connected | DecoderRestarted | KVsReceived | SyncStatusReceived | PingAnswered
@@ -148,6 +156,7 @@ class TyphaClient:
         self._pending: collections.deque[TyphaEvent] = collections.deque()
         self._finished = False
         self._failed = False
+        self._heard = False
 
     async def __aenter__(self) -> TyphaClient:
         return self
@@ -191,7 +200,7 @@ class TyphaClient:
             elif isinstance(event, Connected):
                 after_snapshot, restarts = False, 0
             elif isinstance(event, Disconnected) and not self.reconnect:
-                raise TyphaDisconnected(event.reason)
+                raise TyphaDisconnected(event.reason, event.error)
 
     async def wait_for_status(self, status: SyncStatus = SyncStatus.IN_SYNC) -> None:
         """Consume events until the server reports ``status``.
@@ -211,6 +220,8 @@ class TyphaClient:
                 await trio.sleep(self.backoff.next_delay())
             try:
                 await self._connect()
+            except TLSFailure as exc:
+                await self._disconnected(f"connecting to {self.address} failed: {exc}", exc)
             except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
                 await self._disconnected(f"connecting to {self.address} failed: "
                                          f"{exc or type(exc).__name__}")
@@ -221,6 +232,10 @@ class TyphaClient:
                 data = await self._stream.receive_some(_RECEIVE_SIZE)
             if not data:
                 raise TyphaProtocolError("server closed the connection")
+            if not self._heard:
+                self._heard = True
+                if self.ssl_context is None and (failure := answered_in_tls(data)):
+                    raise failure
             events = self._core.receive_data(data)
             reply = self._core.data_to_send()
             if reply:
@@ -228,6 +243,9 @@ class TyphaClient:
                     await self._stream.send_all(reply)
         except trio.TooSlowError:
             await self._disconnected("read or write timed out")
+            return
+        except TLSFailure as exc:
+            await self._disconnected(str(exc), exc)
             return
         except (TyphaProtocolError, trio.BrokenResourceError, trio.ClosedResourceError,
                 OSError) as exc:
@@ -254,6 +272,7 @@ class TyphaClient:
                 await trio.aclose_forcefully(stream)
                 raise
         self._stream, self._core = stream, core
+        self._heard = False  # no byte from the server yet on this connection
 
     async def _open_tcp(self) -> trio.abc.Stream:
         return await trio.open_tcp_stream(self.host, self.port)
@@ -282,14 +301,20 @@ class TyphaClient:
         elif isinstance(event, Disconnected):
             self.status = SyncStatus.WAIT_FOR_DATASTORE
 
-    async def _disconnected(self, reason: str) -> None:
-        await self._drop_stream()
+    async def _disconnected(self, reason: str, error: TLSFailure | None = None) -> None:
+        await self._drop_stream(graceful=False)
         self._failed = True
         if not self.reconnect:
             self._finished = True
-        self._pending.append(Disconnected(reason))
+        self._pending.append(Disconnected(reason, error))
 
-    async def _drop_stream(self) -> None:
+    async def _drop_stream(self, *, graceful: bool = True) -> None:
+        """Close the connection; gracefully, TLS says close_notify first, so the server
+        sees the end of a finished conversation rather than a truncated one."""
         stream, self._stream, self._core = self._stream, None, None
-        if stream is not None:
-            await trio.aclose_forcefully(stream)
+        if stream is None:
+            return
+        if graceful:
+            with trio.move_on_after(self.write_timeout):
+                await stream.aclose()
+        await trio.aclose_forcefully(stream)

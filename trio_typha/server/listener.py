@@ -21,6 +21,7 @@ from ..sessions.context import ServerContext
 from ..tls.diagnosis import (
     IDENTITY_MISMATCH,
     PLAINTEXT_TO_TLS_PORT,
+    TLS_ALERT_TO_PLAINTEXT,
     TLS_TO_PLAINTEXT_PORT,
     FailureLog,
     capturing,
@@ -84,6 +85,19 @@ async def _answer_http1(stream: trio.abc.Stream, prefix: bytes) -> None:
         await stream.send_eof()
 
 
+async def _answer_and_drain(sock: trio.SocketStream, answer: bytes = b"") -> None:
+    """Send ``answer`` and our end of the stream, then read what the peer sent, bounded,
+    so that closing does not reset the connection and the peer sees the answer and a
+    clean end (the client says what they mean)."""
+    if answer:
+        await sock.send_all(answer)
+    await sock.send_eof()
+    read = 0
+    with trio.move_on_after(HTTP1_READ_SECS):
+        while read < HTTP1_MAX_HEAD and (data := await sock.receive_some(HTTP1_MAX_HEAD)):
+            read += len(data)
+
+
 _PLAINTEXT = {Wire.H2: "an HTTP/2 (plaintext gRPC) client",
               Wire.HTTP1: "an HTTP/1.x client",
               Wire.GOB: "a Typha-protocol client without TLS"}
@@ -122,6 +136,8 @@ class ConnectionHandler:
                     if wire is not None and wire is not Wire.TLS:
                         self.failures.record(peer, PLAINTEXT_TO_TLS_PORT,
                                              f"{_PLAINTEXT[wire]} on the TLS port")
+                        # A TLS alert: the client can tell the port wants TLS.
+                        await _answer_and_drain(sock, TLS_ALERT_TO_PLAINTEXT)
                         return
                     tls = await self._handshake(sock, conn)
                     if tls is None:
@@ -137,6 +153,9 @@ class ConnectionHandler:
             if session is None and wire is Wire.TLS:
                 self.failures.record(peer, TLS_TO_PLAINTEXT_PORT, rejection_reason(
                     wire, tls_configured=self.tls is not None))
+                if isinstance(stream, trio.SocketStream):
+                    # No answer: the client's handshake sees the port end without one.
+                    await _answer_and_drain(stream)
                 return
             if session is None:
                 self._log_rejection(peer, wire)

@@ -44,6 +44,11 @@ REASONS = (PLAINTEXT_TO_TLS_PORT, TLS_TO_PLAINTEXT_PORT, UNKNOWN_CA, NO_CLIENT_C
            NOT_YET_VALID, IDENTITY_MISMATCH, WRONG_KEY_USAGE, PROTOCOL_VERSION,
            CIPHER_MISMATCH, BAD_CERTIFICATE, OTHER)
 
+#: A client's handshake that ended (EOF or reset) before any server Certificate arrived.
+UNANSWERED_HELLO = (TLS_TO_PLAINTEXT_PORT, "the server closed the connection without "
+                    "answering our TLS ClientHello: its port does not serve TLS (a "
+                    "plaintext port?)")
+
 # X.509 verify codes (OpenSSL's X509_V_ERR_*).
 _UNKNOWN_CA_CODES = {2, 18, 19, 20, 21}  # no issuer / self-signed / unable to verify leaf
 _EXPIRED_CODES = {10, 12}  # cert / CRL has expired
@@ -196,6 +201,8 @@ def classify(exc: ssl.SSLError, messages: list[tuple[int, bytes]], *, local: str
             return IDENTITY_MISMATCH, f"{about}: {message}"
         return BAD_CERTIFICATE, f"{about}: {message} (verify code {code})"
     reason = getattr(exc, "reason", None) or ""
+    if local == "client" and (refused := server_refusal(exc)) is not None:
+        return refused
     if reason in _NO_CERT_REASONS:
         return NO_CLIENT_CERT, f"the {peer} sent no certificate; one signed by the CA is required"
     if reason in _ALERT_REASONS:
@@ -207,11 +214,53 @@ def classify(exc: ssl.SSLError, messages: list[tuple[int, bytes]], *, local: str
         return CIPHER_MISMATCH, (f"no cipher suite in common with the {peer} ({reason}); "
                                  "see TLS_CIPHER_SUITES")
     if reason == "UNEXPECTED_EOF_WHILE_READING":
+        if local == "client" and not messages:
+            return UNANSWERED_HELLO
         return OTHER, (f"the {peer} closed the connection during the handshake (did it "
                        f"reject the {local} certificate?)")
     if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "RECORD_LAYER_FAILURE"):
         return PLAINTEXT_TO_TLS_PORT, f"the {peer} does not speak TLS ({reason})"
     return OTHER, str(exc) or type(exc).__name__
+
+
+_ALERT_PREFIXES = ("SSLV3_ALERT_", "TLSV1_ALERT_", "TLSV13_ALERT_")
+
+
+def server_refusal(exc: ssl.SSLError) -> tuple[str, str] | None:
+    """(reason, detail) when ``exc`` is the alert a server sent about our certificate.
+
+    Under TLS 1.3 the client's handshake is over before the server has judged the client
+    certificate, so the alert arrives on the first read or write after it, not inside
+    ``do_handshake``; the same alerts end a TLS 1.2 handshake."""
+    code = getattr(exc, "reason", None) or ""
+    if code in _ALERT_REASONS:
+        reason = _ALERT_REASONS[code]
+    elif code == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+        reason = NO_CLIENT_CERT
+    else:
+        return None
+    alert = code
+    for prefix in _ALERT_PREFIXES:
+        alert = alert.removeprefix(prefix)
+    detail = f"server refused our certificate: TLS alert {alert.lower()}"
+    if reason == NO_CLIENT_CERT:
+        detail += " (it requires one: give --cert-file and --key-file)"
+    return reason, detail
+
+
+#: What the server sends instead of a word to a client speaking plaintext to its TLS port:
+#: a fatal ``unexpected_message`` alert, in a TLS 1.2 record as a TLS 1.3 server would.
+TLS_ALERT_TO_PLAINTEXT = bytes([21, 3, 3, 0, 2, 2, 10])
+
+
+def answered_in_tls(first: bytes | bytearray) -> TLSFailure | None:
+    """The failure to report when a plaintext client's first bytes from the server are a
+    TLS alert record (:data:`TLS_ALERT_TO_PLAINTEXT` or any other): the port wants TLS."""
+    if len(first) >= 5 and first[0] == 21 and first[1] == 3 and first[3:5] == b"\0\2":
+        return TLSFailure(PLAINTEXT_TO_TLS_PORT, "the server answered our plaintext with a "
+                          "TLS alert: its port serves TLS (give --ca-file, and --cert-file "
+                          "and --key-file)")
+    return None
 
 
 # --- reporting -----------------------------------------------------------------------------------
