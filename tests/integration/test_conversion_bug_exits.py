@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from tests.etcd_server import free_port, run_etcd
+from tests.internal_errors import internal_errors
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
 from trio_typha.model.kv import UpdateType
 
@@ -97,3 +98,4 @@ async def test_a_conversion_bug_exits_the_daemon_and_withdraws_nothing(tmp_path:
         assert "Traceback" in text and "TypeError: a bug in the GlobalNetworkPolicy conversion" \
             in text, text
         assert "as absent" not in text  # not mistaken for a refused object
+        assert internal_errors(text) == []  # nor caught by a bulkhead

@@ -24,6 +24,7 @@ import pytest
 import trio
 
 from tests.chromium import open_page
+from tests.internal_errors import internal_errors
 
 AGENTS = 50
 CHURN_S = 30
@@ -128,6 +129,11 @@ def test_demo_converges_after_a_replica_kill(demo: DemoRun) -> None:
     assert verdict["agents_not_in_sync"] == 0 and verdict["mismatched"] == []
     assert verdict["keys_checked"] > AGENTS * 500  # small cluster: ~600 felix keys each
     assert 250 <= verdict["writes"] <= 310 and verdict["write_errors"] == 0
+    # No replica's connection handler crashed (the bulkheads would have hidden it).
+    logs = sorted(demo.workdir.glob("typha-*.log"))
+    assert logs
+    assert {log.name: internal_errors(log.read_text()) for log in logs} == {
+        log.name: [] for log in logs}
     assert verdict["replica_kills"] == verdict["replica_kills_survived"] == 1
     killed = [r for r in verdict["replicas"] if not r["alive"]]
     assert len(killed) == 1 and killed[0]["connections"] == 0

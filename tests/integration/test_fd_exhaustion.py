@@ -12,6 +12,7 @@ import sys
 
 import trio
 
+from tests.internal_errors import internal_errors
 from trio_typha.client import grpc as grpc_client
 from trio_typha.client.typha import TyphaClient
 from trio_typha.client.view import SyncView
@@ -90,3 +91,4 @@ async def test_fd_exhaustion_sheds_half_open_connections(tmp_path) -> None:
     assert 1 <= len(warnings) <= 2, warnings  # one per 10 s interval, not one per failure
     assert "half-open" in warnings[0] and "to make room" in warnings[0]
     assert "Too many open files" not in text.replace(warnings[0], "")
+    assert internal_errors(text) == []  # no connection's handler crashed on the way

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.internal_errors import internal_errors
 from trio_typha.datastore.base import ResourceEvent
 from trio_typha.datastore.seed import load_seed_file
 from trio_typha.model.kinds import kind_for
@@ -78,14 +79,16 @@ def seed(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(seed):
+def server(seed, tmp_path_factory):
     port, health = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("TYPHA_")}
     env["TYPHA_SERVERWORKERS"] = "1"  # one process (tests/conftest.py)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trio_typha", "serve", "--seed", str(seed), "--host",
-         "127.0.0.1", "--port", str(port), "--health", "--health-host", "127.0.0.1",
-         "--health-port", str(health), "--log-level", "WARNING"], env=env)
+    log_path = tmp_path_factory.mktemp("seed-server") / "stderr"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trio_typha", "serve", "--seed", str(seed), "--host",
+             "127.0.0.1", "--port", str(port), "--health", "--health-host", "127.0.0.1",
+             "--health-port", str(health), "--log-level", "WARNING"], env=env, stderr=log)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -102,6 +105,8 @@ def server(seed):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # No client connection crashed its handler (the bulkheads would have hidden it).
+    assert internal_errors(log_path.read_text()) == []
 
 
 @pytest.mark.parametrize("protocol", ["typha", "grpc"])
