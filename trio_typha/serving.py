@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import ssl
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Pipeline)
 
 
-class ServingProcess(Generic[P]):
+class ServingProcess(ABC, Generic[P]):
     """One process serving the sync port from caches its pipelines (``P``) keep current.
 
     A role says how to make a syncer type's pipeline (:meth:`make_pipeline`) and what to
@@ -111,13 +112,13 @@ class ServingProcess(Generic[P]):
         """What the caches follow, for the start-up line."""
         return ""
 
+    @abstractmethod
     def make_pipeline(self, syncer_type: str, feed: CacheFeed) -> P:
         """The pipeline that keeps ``feed`` current."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def open_listeners(self) -> list[trio.abc.Listener[Any]]:
         """Where connections arrive; sets ``ports["server"]``."""
-        raise NotImplementedError
 
     async def start_first(self, nursery: trio.Nursery) -> None:
         """Before anything else: what the role hears from outside (a worker's channel)."""
