@@ -184,4 +184,4 @@ async def test_drop_rule_on_the_watch_connections_in_a_network_namespace(
     assert result["dropped"] >= 1 and result["warnings"]
     if mode == "quiet":
         # The kernel gave up within the deadline: DEADLINE of tests/netns_drop.py is 6 s.
-        assert all(("silent for" in w or "without data" in w) for w in result["warnings"])
+        assert all("silent" in w for w in result["warnings"])

@@ -19,6 +19,7 @@ from trio_typha.datastore.stall import (
     StallCheck,
     Verdict,
     WatchBoard,
+    WatchStalled,
     probe_window,
 )
 
@@ -44,12 +45,47 @@ def test_progress_between_probes_clears_the_suspicion() -> None:
     assert check.probed(True, 20.5) is Verdict.SUSPECT  # a new change: suspect again, no more
 
 
-def test_a_probe_finding_nothing_counts_as_progress_but_not_as_delivery() -> None:
+def test_a_probe_finding_nothing_counts_as_progress() -> None:
     check = StallCheck(DEADLINE, now=0.0)
     assert check.probed(False, 10.0) is Verdict.FRESH
     assert check.last_progress == 10.0
     assert not check.due(19.0)
-    assert check.silent_for(19.0) == 19.0  # what the WARNING reports: the stream's silence
+    assert check.silent_for(19.0) == 9.0  # known current at 10.0
+
+
+async def test_the_warning_the_metric_and_readiness_give_one_silence(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A stream quiet for minutes (its last event long ago, probes confirming it current)
+    then stalled: the figure the WARNING reports is the board's age at that moment (the
+    metric) and readiness's, and it counts from the last confirmation, not the last
+    event."""
+    board = WatchBoard(trio.current_time)
+    check = board.add("felix/pods", DEADLINE)
+    model = Model(check)
+    model.write()
+    last_event = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        result: list[WatchStalled] = []
+        ages: list[float] = []
+        described: list[str] = []
+
+        async def run() -> None:
+            result.append(await until_stalled(check, model.probe, "felix/pods"))
+            (state,) = board.states()  # what /metrics and /readiness read right then
+            ages.append(state.age)
+            described.append(state.describe())
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(run)
+        await trio.sleep(150)  # quiet: every probe confirms the stream current
+        model.stalled = True
+        model.write()  # missed
+        await trio.sleep_forever()
+    (stalled,) = result
+    assert trio.current_time() - last_event > 150
+    assert stalled.silent_for == ages[0] <= DEADLINE
+    assert f"silent for {stalled.silent_for:.1f}s" in str(stalled)
+    assert described[0].startswith(f"watch felix/pods silent for {ages[0]:.0f}s")
 
 
 def test_board_ages_and_staleness() -> None:

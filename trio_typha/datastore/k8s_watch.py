@@ -227,7 +227,7 @@ class KindWatcher:
                 if failure:
                     raise failure[0]
             if stalled:
-                log.warning("Watch of %s (%s) stalled: nothing delivered for %.1fs while the "
+                log.warning("Watch of %s (%s) stalled: silent for %.1fs while the "
                             "API server has changes after resourceVersion %s; resuming the "
                             "watch on a new connection", self.kind, self.stream,
                             stalled[0].silent_for, self.reflector.resume_rv)
@@ -265,7 +265,7 @@ class KindWatcher:
         if _timed_out(error):
             # TCP keepalive (or TCP_USER_TIMEOUT) gave up on a path that drops this stream's
             # packets: the stream was dead for a while, say so once.
-            log.warning("Watch of %s (%s) broke after %.1fs without data (%s); resuming from "
+            log.warning("Watch of %s (%s) broke after %.1fs silent (%s); resuming from "
                         "resourceVersion %s", self.kind, self.stream, silent, describe(error),
                         self.reflector.resume_rv)
         if progressed:

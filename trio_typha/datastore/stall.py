@@ -22,6 +22,13 @@ second probe after it, i.e. within about two thirds of the deadline plus two pro
 
 :class:`WatchBoard` keeps the age of every watch's last event or progress for the
 ``typha_watch_progress_age_seconds`` metric and the readiness detail.
+
+"Silent for" has one definition, :meth:`StallCheck.silent_for`: the seconds since the stream
+was last known to be current - its last event, bookmark or progress notification, or a
+cross-check that found nothing it had missed.  The stall WARNING, the metric and readiness
+all read that one figure, so they agree about any one stall.  (The time since the stream's
+last event is not it: a quiet stream confirmed current a moment ago is not stale, however
+long ago its last object changed.)
 """
 
 from __future__ import annotations
@@ -54,8 +61,8 @@ class WatchStalled(Exception):
     """A watch stream stopped delivering; the watcher resumes it from its last revision."""
 
     def __init__(self, stream: str, silent_for: float) -> None:
-        super().__init__(f"watch {stream} delivered nothing for {silent_for:.1f}s while the "
-                         f"datastore had newer changes")
+        super().__init__(f"watch {stream} silent for {silent_for:.1f}s while the datastore "
+                         f"had newer changes")
         self.stream = stream
         self.silent_for = silent_for
 
@@ -75,8 +82,8 @@ class StallCheck:
             raise ValueError(f"watch stall deadline must be > 0, got {deadline}")
         self.deadline = deadline
         self.interval = deadline / 3
+        #: when the stream was last known current (see :meth:`silent_for`)
         self.last_progress = now
-        self.last_delivery = now  # the stream's own traffic, for the WARNING
         #: no stream runs, and rightly so (the kind is not served): nothing can go stale
         self.dormant = False
         #: the watcher is handing events downstream and not reading the stream: a full
@@ -85,7 +92,7 @@ class StallCheck:
         self._suspect_since: float | None = None
 
     def progressed(self, now: float) -> None:
-        self.last_progress = self.last_delivery = now
+        self.last_progress = now
         self.dormant = False
         self._suspect_since = None
 
@@ -113,7 +120,9 @@ class StallCheck:
         return self._suspect_since is not None
 
     def silent_for(self, now: float) -> float:
-        return now - self.last_delivery
+        """Seconds since the stream was last known current: the one "silent for" that the
+        WARNING, the metric and readiness report."""
+        return now - self.last_progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +130,7 @@ class WatchState:
     """What the board says about one watch at one moment."""
 
     name: str
-    age: float  # seconds since its last event, progress or confirming probe
+    age: float  # StallCheck.silent_for: since its last event, progress or confirming probe
     stale: bool  # silent past its deadline, or known to be missing changes
 
     def describe(self) -> str:
@@ -154,5 +163,5 @@ class WatchBoard:
                 if check.dormant:
                     yield WatchState(name, 0.0, False)
                     continue
-                age = now - check.last_progress
+                age = check.silent_for(now)
                 yield WatchState(name, age, check.suspect or age > check.deadline)
