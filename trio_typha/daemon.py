@@ -33,6 +33,7 @@ from .model.syncers import DatastoreMode, syncer_definition
 from .observe.health import Report
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .serving import ServingProcess
+from .sessions.connections import SocketListener
 from .startup import DatastoreUnreachable, KubernetesConfigMissing, ListenPortInUse, port_in_use
 from .syncer.gcpause import GCPauses
 from .syncer.pipeline import SyncerPipeline
@@ -137,7 +138,7 @@ class Daemon(ServingProcess[SyncerPipeline]):
         await self._check_datastore()
         await self._initialize_datastore()
 
-    async def open_listeners(self) -> list[trio.abc.Listener[Any]]:
+    async def open_listeners(self) -> list[SocketListener]:
         cfg = self.config
         try:
             sockets = await trio.open_tcp_listeners(self.listen_port,

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import socket
 import sys
-from typing import Any
 
 import trio
 
 from .cache.feed import CacheFeed
 from .config import Config
 from .serving import ServingProcess
+from .sessions.connections import SocketListener
 from .upstream.follow import FollowerPipeline, UpstreamFeed
 from .workers import control as worker_control
 from .workers.channel import ChannelClosed, ControlSocket, PrimaryLink
@@ -57,7 +57,7 @@ class Follower(ServingProcess[FollowerPipeline]):
     async def start_first(self, nursery: trio.Nursery) -> None:
         await nursery.start(self.link.run)
 
-    async def open_listeners(self) -> list[trio.abc.Listener[Any]]:
+    async def open_listeners(self) -> list[SocketListener]:
         self.ports["server"] = self.listen_port
         return [self.link.listener]
 

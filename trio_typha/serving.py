@@ -42,7 +42,7 @@ from .server.fdlimit import FdShedder, log_nofile_limit
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.livefeed import FEED_PATH, ReplicaSampler, serve_feed
-from .sessions.connections import ConnectionRegistry
+from .sessions.connections import ConnectionRegistry, SocketListener
 from .sessions.context import ServerContext
 from .sessions.settings import ServerSettings
 from .startup import HttpPortInUse, port_in_use
@@ -117,7 +117,7 @@ class ServingProcess(ABC, Generic[P]):
         """The pipeline that keeps ``feed`` current."""
 
     @abstractmethod
-    async def open_listeners(self) -> list[trio.abc.Listener[Any]]:
+    async def open_listeners(self) -> list[SocketListener]:
         """Where connections arrive; sets ``ports["server"]``."""
 
     async def start_first(self, nursery: trio.Nursery) -> None:

@@ -25,23 +25,23 @@ class Gauge:
         self.value -= 1
 
 
-class FlakyListener(trio.abc.Listener[trio.abc.Stream]):
-    """Accept fails with the given errors first, then hands out in-memory streams."""
+class FlakyListener(trio.abc.Listener[trio.SocketStream]):
+    """Accept fails with the given errors first, then hands out one end of a socket pair."""
 
     def __init__(self, errors: list[OSError]) -> None:
         self.errors = errors
-        self.peers: list[trio.abc.Stream] = []
+        self.peers: list[trio.SocketStream] = []
         self.closed = False
 
-    async def accept(self) -> trio.abc.Stream:
+    async def accept(self) -> trio.SocketStream:
         await trio.lowlevel.checkpoint()
         if self.errors:
             raise self.errors.pop(0)
         if len(self.peers) >= 2:
             await trio.sleep_forever()
-        server, client = trio.testing.memory_stream_pair()
-        self.peers.append(client)
-        return server
+        server, client = trio.socket.socketpair()
+        self.peers.append(trio.SocketStream(client))
+        return trio.SocketStream(server)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -92,7 +92,7 @@ async def test_accept_retries_only_capacity_errors(autojump_clock: Any,
     registry.on_capacity_error = lambda exc: shed_calls.append(exc.errno or 0)
     handled = trio.Event()
 
-    async def handler(stream: trio.abc.Stream, conn: Connection) -> None:
+    async def handler(stream: trio.SocketStream, conn: Connection) -> None:
         handled.set()
         await trio.sleep_forever()
 
@@ -180,7 +180,7 @@ async def test_drain_closes_one_at_a_time_then_the_rest(autojump_clock: Any) -> 
     registry = ConnectionRegistry()
     closed_at: list[float] = []
 
-    async def handler(stream: trio.abc.Stream, conn: Connection) -> None:
+    async def handler(stream: trio.SocketStream, conn: Connection) -> None:
         try:
             await trio.sleep_forever()
         finally:

@@ -209,13 +209,10 @@ class ConnectionHandler:
         return tls
 
 
-async def _peek(sock: trio.abc.Stream) -> bytes:
-    """The first bytes the peer sent, left in the socket (b"" for non-socket streams)."""
-    raw = getattr(sock, "socket", None)
-    if raw is None:
-        return b""
+async def _peek(sock: trio.SocketStream) -> bytes:
+    """The first bytes the peer sent, left in the socket."""
     try:
-        data: bytes = await raw.recv(SNIFF_BYTES, socket.MSG_PEEK)
+        data: bytes = await sock.socket.recv(SNIFF_BYTES, socket.MSG_PEEK)
     except OSError:
         return b""
     return data

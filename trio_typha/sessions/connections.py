@@ -130,7 +130,10 @@ class Connection:
             self.cancel_scope.cancel()
 
 
-Handler = Callable[[Any, Connection], Awaitable[None]]  # (accepted stream, its record)
+# Every listener the server serves hands out socket streams (TCP, a worker's received
+# socket, the balancer's), so the peer and the raw socket are read from the type itself.
+SocketListener = trio.abc.Listener[trio.SocketStream]
+Handler = Callable[[trio.SocketStream, Connection], Awaitable[None]]  # (stream, its record)
 
 
 class ConnectionRegistry:
@@ -223,8 +226,8 @@ class ConnectionRegistry:
 
     # -- accepting ------------------------------------------------------------------------
 
-    async def serve(self, handler: Handler, listeners: Sequence[trio.abc.Listener[Any]], *,
-                    task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]]
+    async def serve(self, handler: Handler, listeners: Sequence[SocketListener], *,
+                    task_status: trio.TaskStatus[Sequence[SocketListener]]
                     = trio.TASK_STATUS_IGNORED) -> None:
         """Accept on ``listeners`` and run ``handler(stream, connection)`` for each socket.
 
@@ -255,7 +258,7 @@ class ConnectionRegistry:
         if self._handlers is not None:
             self._handlers.cancel_scope.cancel()
 
-    async def _accept_loop(self, listener: trio.abc.Listener[Any], handler: Handler) -> NoReturn:
+    async def _accept_loop(self, listener: SocketListener, handler: Handler) -> NoReturn:
         async with listener:
             while True:
                 try:
@@ -284,7 +287,7 @@ class ConnectionRegistry:
                     assert self._handlers is not None
                     self._handlers.start_soon(self._run, stream, handler)
 
-    async def _run(self, stream: trio.abc.Stream, handler: Handler) -> None:
+    async def _run(self, stream: trio.SocketStream, handler: Handler) -> None:
         with self.track(peer_of(stream)) as conn:
             try:
                 await handler(stream, conn)
@@ -358,14 +361,11 @@ class ConnectionRegistry:
         return rows
 
 
-def peer_of(stream: trio.abc.Stream) -> str:
+def peer_of(stream: trio.SocketStream) -> str:
     """``host:port`` (``[host]:port`` for IPv6) of a socket stream's peer, else ``?``."""
-    sock = getattr(stream, "socket", None)
     try:
-        addr = sock.getpeername() if sock is not None else None
+        addr = stream.socket.getpeername()
     except OSError:
-        return "?"
-    if addr is None:
         return "?"
     if isinstance(addr, str) or not addr:  # unix socket
         return str(addr) or "?"
