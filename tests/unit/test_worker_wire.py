@@ -11,6 +11,7 @@ from trio_typha.cache.core import SnapshotCache
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.gob import encode_once as gob
 from trio_typha.protocols.grpc import encode_once as grpc
+from trio_typha.records import HEADER
 from trio_typha.upstream import wire
 
 text = st.text(max_size=40)
@@ -130,14 +131,14 @@ def test_append_keeps_noops_and_boundaries() -> None:
 
 
 @pytest.mark.parametrize("data, problem", [
-    (wire._HEADER.pack(9, 0), "unknown record type"),
-    (wire._HEADER.pack(wire.HELLO, 1) + b"\x07", "unsupported feed version"),
-    (wire._HEADER.pack(wire.SNAPSHOT, 3) + b"abc", "malformed"),
-    (wire._HEADER.pack(wire.SNAPSHOT, wire._SNAPSHOT.size)
+    (HEADER.pack(9, 0), "unknown record type"),
+    (HEADER.pack(wire.HELLO, 1) + b"\x07", "unsupported feed version"),
+    (HEADER.pack(wire.SNAPSHOT, 3) + b"abc", "malformed"),
+    (HEADER.pack(wire.SNAPSHOT, wire._SNAPSHOT.size)
      + wire._SNAPSHOT.pack(2, 0.0, 5), "truncated"),
-    (wire._HEADER.pack(wire.SNAPSHOT, wire._SNAPSHOT.size)
+    (HEADER.pack(wire.SNAPSHOT, wire._SNAPSHOT.size)
      + wire._SNAPSHOT.pack(9, 0.0, 0), "unknown sync status"),
-    (wire._HEADER.pack(wire.SNAPSHOT, wire._SNAPSHOT.size + 1)
+    (HEADER.pack(wire.SNAPSHOT, wire._SNAPSHOT.size + 1)
      + wire._SNAPSHOT.pack(2, 0.0, 0) + b"x", "after the end"),
 ])
 def test_malformed_records_are_named_errors(data: bytes, problem: str) -> None:
@@ -147,6 +148,6 @@ def test_malformed_records_are_named_errors(data: bytes, problem: str) -> None:
 
 def test_an_oversized_record_is_refused_before_it_is_buffered() -> None:
     decoder = wire.Decoder(max_record=100)
-    decoder.feed(wire._HEADER.pack(wire.SNAPSHOT, 101))
+    decoder.feed(HEADER.pack(wire.SNAPSHOT, 101))
     with pytest.raises(wire.WireError, match="over the 100 limit"):
         list(decoder)

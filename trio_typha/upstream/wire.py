@@ -8,8 +8,9 @@ status after it, how old its oldest datastore event is) and the protocol encodin
 primary has already made of it, once (:data:`ENCODINGS`): the worker hangs those on its
 breadcrumb's memo, so its clients get the primary's bytes and the worker encodes no delta.
 
-Framing: type (1 byte), payload length (4 bytes, little endian), payload.  Integers are
-little endian; strings and byte strings are length-prefixed.  No pickle: a record is data.
+Framing (:mod:`trio_typha.records`): type (1 byte), payload length (4 bytes, little endian),
+payload.  Integers are little endian; strings and byte strings are length-prefixed.  No
+pickle: a record is data.
 
   HELLO     version u8, syncer type (UTF-8, the rest of the payload)
   SNAPSHOT  status u8, age f64, count u32, updates
@@ -32,13 +33,13 @@ from ..cache.core import Breadcrumb
 from ..model.kv import SerializedUpdate, SyncStatus, UpdateType
 from ..protocols.gob import encode_once as gob
 from ..protocols.grpc import encode_once as grpc
+from ..records import HEADER, RecordReader, frame, over_limit
 
 VERSION = 2
 HELLO, SNAPSHOT, CRUMB = 1, 2, 3
 #: Largest record accepted (a snapshot of a very large cluster is the largest).
 MAX_RECORD = 1 << 30
 
-_HEADER = struct.Struct("<BI")
 _SNAPSHOT = struct.Struct("<BdI")
 _CRUMB = struct.Struct("<QBdBI")
 _ENCODING = struct.Struct("<BI")
@@ -105,9 +106,7 @@ Record = Hello | Snapshot | Crumb
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
-    if len(payload) > MAX_RECORD:
-        raise WireError(f"record of {len(payload)} bytes is over the {MAX_RECORD} limit")
-    return _HEADER.pack(kind, len(payload)) + payload
+    return frame(kind, payload, MAX_RECORD, WireError)
 
 
 def _updates(updates: Sequence[SerializedUpdate]) -> bytes:
@@ -160,8 +159,8 @@ def encode_crumb(crumb: Breadcrumb, age: float, encodings: Sequence[Encoding]) -
     body = crumb_body(crumb, encodings)
     head = _CRUMB.pack(crumb.seq, crumb.status, age, len(encodings), len(crumb.updates))
     if len(head) + len(body) > MAX_RECORD:
-        raise WireError(f"record of {len(head) + len(body)} bytes is over the limit")
-    return b"".join((_HEADER.pack(CRUMB, len(head) + len(body)), head, body))
+        raise over_limit(len(head) + len(body), MAX_RECORD, WireError)
+    return b"".join((HEADER.pack(CRUMB, len(head) + len(body)), head, body))
 
 
 # ---- decoding ---------------------------------------------------------------------------
@@ -245,26 +244,11 @@ class Decoder:
     """Incremental: :meth:`feed` received bytes, iterate the complete records so far."""
 
     def __init__(self, max_record: int = MAX_RECORD) -> None:
-        self.max_record = max_record
-        self._buf = bytearray()
-        self._pos = 0
+        self._reader = RecordReader(max_record, WireError)
 
     def feed(self, data: bytes | bytearray) -> None:
-        if self._pos:
-            del self._buf[:self._pos]
-            self._pos = 0
-        self._buf += data
+        self._reader.feed(data)
 
     def __iter__(self) -> Iterator[Record]:
-        buf = self._buf
-        while len(buf) - self._pos >= _HEADER.size:
-            kind, length = _HEADER.unpack_from(buf, self._pos)
-            if length > self.max_record:
-                raise WireError(f"record of {length} bytes is over the {self.max_record} "
-                                "limit")
-            start = self._pos + _HEADER.size
-            if len(buf) - start < length:
-                return
-            payload = bytes(buf[start:start + length])
-            self._pos = start + length
+        for kind, payload in self._reader:
             yield decode(kind, payload)

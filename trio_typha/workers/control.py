@@ -3,8 +3,8 @@ socketpair (pure).
 
 The primary makes a Unix socketpair per worker before starting it; the worker's end is its
 stdin.  Everything between the two processes other than the cache feed travels here, as
-records framed like the feed's (:mod:`.wire`): type (1 byte), payload length (4 bytes, little
-endian), payload.  No pickle: a record is data, and a record of an unknown type or version
+records framed like the feed's (:mod:`trio_typha.records`): type (1 byte), payload length
+(4 bytes, little endian), payload.  No pickle: a record is data, and a record of an unknown type or version
 is a :class:`ControlError`.
 
 Primary to worker:
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
+from ..records import RecordReader, frame
 
 VERSION = 1
 START, PASS, QUERY, LIMIT, DRAIN = 1, 2, 3, 4, 5
@@ -49,7 +50,6 @@ METRICS, CONNECTIONS = 1, 2
 #: Largest record accepted (a big exposition or /connections document is the largest).
 MAX_RECORD = 64 << 20
 
-_HEADER = struct.Struct("<BI")
 _QUERY = struct.Struct("<IB")
 _LIMIT = struct.Struct("<I")
 _STATUS = struct.Struct("<BQI")
@@ -142,9 +142,7 @@ def config_from_document(doc: Any) -> Config:
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
-    if len(payload) > MAX_RECORD:
-        raise ControlError(f"record of {len(payload)} bytes is over the {MAX_RECORD} limit")
-    return _HEADER.pack(kind, len(payload)) + payload
+    return frame(kind, payload, MAX_RECORD, ControlError)
 
 
 def encode_start(start: Start) -> bytes:
@@ -253,28 +251,13 @@ class Decoder:
     owner closes them when it gives up on the channel."""
 
     def __init__(self, max_record: int = MAX_RECORD) -> None:
-        self.max_record = max_record
         self.fds: deque[int] = deque()
-        self._buf = bytearray()
-        self._pos = 0
+        self._reader = RecordReader(max_record, ControlError)
 
     def feed(self, data: bytes | bytearray, fds: Iterable[int] = ()) -> None:
-        if self._pos:
-            del self._buf[:self._pos]
-            self._pos = 0
-        self._buf += data
+        self._reader.feed(data)
         self.fds.extend(fds)
 
     def __iter__(self) -> Iterator[Record]:
-        buf = self._buf
-        while len(buf) - self._pos >= _HEADER.size:
-            kind, length = _HEADER.unpack_from(buf, self._pos)
-            if length > self.max_record:
-                raise ControlError(f"record of {length} bytes is over the {self.max_record} "
-                                   "limit")
-            start = self._pos + _HEADER.size
-            if len(buf) - start < length:
-                return
-            payload = bytes(buf[start:start + length])
-            self._pos = start + length
+        for kind, payload in self._reader:
             yield decode(kind, payload, self.fds)
