@@ -2,7 +2,9 @@
 
 Layers, bottom up: :mod:`.store` (objects and revisions), :mod:`.selectors`, :mod:`.patch`,
 :mod:`.watch` (what a watch sends next) and :mod:`.api` (REST routing) are pure;
-:mod:`.connection` (h11 on a trio stream) and :mod:`.server` (listeners, hooks) do the I/O.
+:mod:`.exchange` (answering a request, streaming a watch), :mod:`.connection` (HTTP/1.1,
+h11), :mod:`.h2connection` (HTTP/2, h2) and :mod:`.server` (listeners, protocol choice,
+hooks) do the I/O.
 ``python -m testbed.apiserver`` runs one standalone.
 """
 

@@ -49,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", type=Path)
     parser.add_argument("--tls-ca", type=Path, help="CA to put in the kubeconfig")
+    parser.add_argument("--disable-http2", action="store_true",
+                        help="serve HTTP/1.1 only (kube-apiserver: --disable-http2-serving)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -68,7 +70,7 @@ async def run(args: argparse.Namespace) -> None:
                        progress_interval=args.progress_interval,
                        require_token=args.require_token,
                        default_namespaces=not args.no_default_namespaces,
-                       ssl_context=context,
+                       ssl_context=context, http2=not args.disable_http2,
                        ca_pem=args.tls_ca.read_bytes() if args.tls_ca else None)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:

@@ -10,65 +10,36 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-from collections.abc import Iterable
-from typing import Protocol
 
 import h11
 import trio
 
-from .api import Api, Request, Response, WatchPlan
-from .status import ApiError, internal_error, too_large_body
-from .watch import error_line
+from .api import Request, Response, WatchPlan
+from .exchange import Host, WatchHandle, answer, stream_watch
+from .status import ApiError, too_large_body
 
 logger = logging.getLogger("testbed.apiserver")
 
 MAX_BODY = 8 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 _RECEIVE_SIZE = 65536
-_CHUNK_TARGET = 256 * 1024  # coalesce watch lines into chunks of about this size
 
 
 class _Closed(Exception):
     """The connection must be closed without finishing the HTTP exchange."""
 
 
-class WatchHandle:
-    """An open watch stream, as the server's test hooks see it."""
-
-    def __init__(self, plan: WatchPlan) -> None:
-        self.plan = plan
-        self.scope = trio.CancelScope(deadline=trio.current_time() + plan.timeout)
-        self.abrupt = False  # end by closing the socket rather than the chunked body
-        self.peer_gone = False
-
-    def drop(self, *, abrupt: bool) -> None:
-        self.abrupt = abrupt
-        self.scope.cancel()
-
-
-class Host(Protocol):
-    """What a connection uses of the server it belongs to (:class:`~.server.ApiServer`)."""
-
-    api: Api
-    latency: float
-    bookmark_interval: float
-
-    def changed_event(self) -> trio.Event: ...
-
-    def watch_opened(self, handle: WatchHandle) -> None: ...
-
-    def watch_closed(self, handle: WatchHandle) -> None: ...
-
-
 class Connection:
     """Serves requests from one client stream until either side closes it."""
 
-    def __init__(self, server: Host, stream: trio.abc.Stream, peer: str) -> None:
+    def __init__(self, server: Host, stream: trio.abc.Stream, peer: str,
+                 initial: bytes = b"") -> None:
         self.server = server
         self.stream = stream
         self.peer = peer
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        if initial:  # what was read to tell HTTP/1.1 from HTTP/2 (b"" would mean EOF)
+            self.h11.receive_data(initial)
         # True while bytes may be half-written: a send cancelled then (watch timeout or
         # drop) leaves the framing broken, so the connection must be closed, not reused.
         self._mid_send = False
@@ -98,6 +69,7 @@ class Connection:
         data = self.h11.send(event)
         if data:
             self._mid_send = True
+            self.server.traffic.bytes_out += len(data)
             await self.stream.send_all(data)
             self._mid_send = False
 
@@ -116,7 +88,9 @@ class Connection:
             if event is h11.NEED_DATA:
                 if self.h11.they_are_waiting_for_100_continue:
                     await self._send(h11.InformationalResponse(status_code=100, headers=[]))
-                self.h11.receive_data(await self.stream.receive_some(_RECEIVE_SIZE))
+                data = await self.stream.receive_some(_RECEIVE_SIZE)
+                self.server.traffic.bytes_in += len(data)
+                self.h11.receive_data(data)
             elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return None
             elif isinstance(event, h11.Request):
@@ -135,16 +109,7 @@ class Connection:
                                headers, bytes(body))
 
     async def _respond(self, request: Request) -> None:
-        server = self.server
-        if server.latency > 0:
-            await trio.sleep(server.latency)
-        try:
-            result = server.api.handle(request)
-        except Exception as e:  # a bug must cost one request, not the server
-            logger.exception("apiserver: %s %s failed", request.method, request.target)
-            result = Response.error(internal_error(repr(e)))
-        logger.debug("apiserver: %s %s -> %s", request.method, request.target,
-                     "watch" if isinstance(result, WatchPlan) else result.status)
+        result = await answer(self.server, request)
         if isinstance(result, WatchPlan):
             await self._stream_watch(result)
         else:
@@ -165,11 +130,6 @@ class Connection:
     # -- watches ---------------------------------------------------------------------
 
     async def _stream_watch(self, plan: WatchPlan) -> None:
-        try:
-            opening = plan.cursor.initial_lines()
-            failed = False
-        except ApiError as e:  # e.g. 410: reported in-stream, as the real server does
-            opening, failed = [error_line(e)], True
         handle = WatchHandle(plan)
         self.server.watch_opened(handle)  # before the headers: a client that has them can
         try:                             # count on the hooks seeing its watch
@@ -179,9 +139,7 @@ class Connection:
             with handle.scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch_peer, handle)
-                    await self._send_lines(opening)
-                    if not failed:
-                        await self._watch_loop(plan, handle.scope.deadline)
+                    await stream_watch(self.server, plan, handle, self._send_chunk)
                     handle.scope.cancel()
         finally:
             self.server.watch_closed(handle)
@@ -189,40 +147,15 @@ class Connection:
             raise _Closed
         await self._send(h11.EndOfMessage())
 
-    async def _watch_loop(self, plan: WatchPlan, deadline: float) -> None:
-        cursor = plan.cursor
-        interval = self.server.bookmark_interval
-
-        def bookmark_after(now: float) -> float:
-            # kube-apiserver's schedule (storage/cacher/cache_watcher.go nextBookmarkTime):
-            # every interval whatever the traffic, and once 2 s before the deadline.
-            at = min(now + interval, deadline - 2.0)
-            return at if at > now else math.inf
-
-        next_bookmark = bookmark_after(trio.current_time()) if plan.bookmarks else math.inf
-        while True:
-            changed = self.server.changed_event()  # taken before polling: no lost wakeups
-            try:
-                lines = cursor.poll()
-            except ApiError as e:  # history moved past us (compaction)
-                await self._send_lines([error_line(e)])
-                return
-            if trio.current_time() >= next_bookmark:
-                bookmark = cursor.periodic_bookmark()
-                if bookmark is not None:
-                    lines.append(bookmark)
-                next_bookmark = bookmark_after(trio.current_time())
-            if lines:
-                await self._send_lines(lines)
-            else:
-                with trio.move_on_at(next_bookmark):
-                    await changed.wait()
+    async def _send_chunk(self, data: bytes) -> None:
+        await self._send(h11.Data(data=data))
 
     async def _watch_peer(self, handle: WatchHandle) -> None:
         """Read while the watch streams: EOF means the client left; anything else is a
         pipelined request that h11 keeps for after the watch."""
         while True:
             data = await self.stream.receive_some(_RECEIVE_SIZE)
+            self.server.traffic.bytes_in += len(data)
             if not data:
                 handle.peer_gone = True
                 handle.scope.cancel()
@@ -231,15 +164,3 @@ class Connection:
             if len(self.h11.trailing_data[0]) > MAX_BODY:
                 handle.drop(abrupt=True)
                 return
-
-    async def _send_lines(self, lines: Iterable[bytes]) -> None:
-        batch: list[bytes] = []
-        size = 0
-        for line in lines:
-            batch.append(line)
-            size += len(line)
-            if size >= _CHUNK_TARGET:
-                await self._send(h11.Data(data=b"".join(batch)))
-                batch, size = [], 0
-        if batch:
-            await self._send(h11.Data(data=b"".join(batch)))

@@ -23,7 +23,9 @@ import yaml
 from trio_typha.model.kinds import CALICO_CRD_GROUP, NAMESPACE, ResourceKind
 
 from .api import DEFAULT_USER, Api
-from .connection import Connection, WatchHandle
+from .connection import Connection
+from .exchange import Traffic, WatchHandle
+from .h2connection import PREFACE, H2Connection
 from .resources import ApiSurface
 from .status import KindLike
 from .store import Store
@@ -35,7 +37,13 @@ DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system"
 
 
 class ApiServer:
-    """A Kubernetes API server for tests, served over HTTP/1.1 on trio.
+    """A Kubernetes API server for tests, served over HTTP/2 and HTTP/1.1 on trio.
+
+    With TLS the protocol is chosen by ALPN as kube-apiserver offers it (``h2``, then
+    ``http/1.1``); in plaintext a connection that opens with the HTTP/2 client preface is
+    HTTP/2 (h2c with prior knowledge), any other HTTP/1.1.  ``http2=False`` serves
+    HTTP/1.1 only, as kube-apiserver's ``--disable-http2-serving`` (ALPN offers
+    ``http/1.1`` alone; a preface in plaintext is answered as bad HTTP/1.1).
 
     Options:
       calico_groups: which Calico API groups to serve (``crd.projectcalico.org`` and/or
@@ -62,8 +70,12 @@ class ApiServer:
       enforce_namespaces: creating into a missing namespace is 404 (as with the real
         NamespaceLifecycle admission); direct store writes are never checked.
       default_namespaces: create default, kube-system, kube-public and kube-node-lease.
-      ssl_context: serve HTTPS with this server context; ``ca_pem`` is the CA written
-        into kubeconfigs.
+      ssl_context: serve HTTPS with this server context (its ALPN protocols are set
+        here); ``ca_pem`` is the CA written into kubeconfigs.
+      http2: serve HTTP/2 beside HTTP/1.1.
+
+    :attr:`traffic` counts what clients cost it: connections, requests, watch streams,
+    HTTP/2 PINGs and bytes each way.
 
     The store must only be written from the trio thread that runs the server.
     """
@@ -77,7 +89,7 @@ class ApiServer:
                  token: str = DEFAULT_TOKEN, require_token: bool = False,
                  user: str = DEFAULT_USER, enforce_namespaces: bool = True,
                  default_namespaces: bool = True, ssl_context: ssl.SSLContext | None = None,
-                 ca_pem: bytes | None = None) -> None:
+                 ca_pem: bytes | None = None, http2: bool = True) -> None:
         self.surface = ApiSurface(calico_groups=calico_groups,
                                   cluster_network_policy=cluster_network_policy,
                                   kubevirt=kubevirt)
@@ -91,6 +103,10 @@ class ApiServer:
         self.progress_interval = progress_interval
         self.ssl_context = ssl_context
         self.ca_pem = ca_pem
+        self.http2 = http2
+        self.traffic = Traffic()
+        if ssl_context is not None:
+            ssl_context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
         self.latency = 0.0
         self.watches: set[WatchHandle] = set()
         self._watches_changed: trio.Event | None = None
@@ -146,10 +162,35 @@ class ApiServer:
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one client stream (any trio Stream: tests use in-memory pairs)."""
         peer = _peer_name(stream)
+        self.traffic.connections += 1
         try:
-            await Connection(self, stream, peer).run()
+            h2, initial = await self._choose_protocol(stream)
+            if h2:
+                await H2Connection(self, stream, peer, initial).run()
+            else:
+                await Connection(self, stream, peer, initial).run()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await trio.aclose_forcefully(stream)  # gone during the TLS handshake or preface
         except Exception:  # one broken connection must never take the server down
             logger.exception("apiserver: connection from %s failed", peer)
+
+    async def _choose_protocol(self, stream: trio.abc.Stream) -> tuple[bool, bytes]:
+        """HTTP/2 or not, and the bytes read to tell (given to the protocol's parser)."""
+        if not self.http2:
+            return False, b""
+        if isinstance(stream, trio.SSLStream):
+            await stream.do_handshake()
+            return stream.selected_alpn_protocol() == "h2", b""
+        # Plaintext: h2c with prior knowledge starts with the client preface; read until
+        # the bytes stop matching it (HTTP/1.1 parts ways within four bytes: "PRI " is no
+        # HTTP/1.1 method a client sends) or the whole preface is in.
+        initial = b""
+        while len(initial) < len(PREFACE) and PREFACE.startswith(initial):
+            data = await stream.receive_some(len(PREFACE) - len(initial))
+            if not data:
+                break
+            initial += data
+        return initial == PREFACE, initial
 
     def install(self, kind: ResourceKind) -> None:
         """Start serving the optional API ``kind``, as installing its CRD does: from now on
