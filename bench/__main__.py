@@ -22,6 +22,10 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
   for none).
 * ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
   InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.
+* ``quiet``: what each Typha costs the datastore (``--datastore kubernetes|etcdv3``) in a
+  ``--seconds`` window after ``--settle`` (optionally under ``--churn`` writes/s), counted
+  at a proxy in front of it: connections, requests, watch streams, PINGs, bytes, datastore
+  CPU; Go Typha too with ``--go-typha PATH`` (``bench/quiet.py``).
 * ``balance``: how evenly ServerWorkers (SCM_RIGHTS hand-off) spreads N clients over the processes,
   against a prototype passing accepted sockets with SCM_RIGHTS (``bench/balance.py``).
 
@@ -53,13 +57,14 @@ sys.path.insert(0, HERE)
 import fanout  # noqa: E402
 from _common import cpu_seconds, memory_daemon, rss_peak_mib  # noqa: E402
 
-SCENARIOS = ("storm", "steady", "memory", "startup", "balance")
+SCENARIOS = ("storm", "steady", "memory", "startup", "balance", "quiet")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "storm": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "steady": {"clients": 1000, "cluster": "medium", "rate": 50.0, "seconds": 60.0},
     "memory": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "startup": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "balance": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
+    "quiet": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 60.0},
 }
 
 
@@ -191,7 +196,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, help="pod writes per second (steady)")
     p.add_argument("--seconds", type=float, help="churn duration (steady)")
     p.add_argument("--cluster", choices=("tiny", "small", "medium", "large"))
-    p.add_argument("--datastore", choices=("memory", "etcdv3"), default="memory")
+    p.add_argument("--datastore", choices=("memory", "etcdv3", "kubernetes"),
+                   help="memory (default) or etcdv3; quiet: kubernetes (default) or etcdv3")
+    p.add_argument("--churn", type=float, default=0.0,
+                   help="quiet: datastore writes per second during the window")
+    p.add_argument("--settle", type=float, default=20.0,
+                   help="quiet: seconds after a Typha starts (or until it is ready, if "
+                   "later) before the window")
+    p.add_argument("--go-typha", metavar="PATH",
+                   help="quiet: Go Typha's binary, measured after trio-typha in the same run")
     p.add_argument("--workers", type=int, default=1,
                    help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
     p.add_argument("--workers-list", default="2,4",
@@ -208,6 +221,11 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in DEFAULTS[args.scenario].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.datastore is None:
+        args.datastore = "kubernetes" if args.scenario == "quiet" else "memory"
+    allowed = ("kubernetes", "etcdv3") if args.scenario == "quiet" else ("memory", "etcdv3")
+    if args.datastore not in allowed:
+        p.error(f"{args.scenario} takes --datastore {' or '.join(allowed)}")
     if args.datastore == "etcdv3" and args.scenario == "startup":
         p.error("startup measures the Kubernetes datastore (test bed API server); "
                 "--datastore etcdv3 applies to storm, steady and memory")
@@ -215,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
         p.error("steady needs --rate and --seconds above 0")
     from trio_typha.logs import setup_logging
     setup_logging(args.log_level)
+    if args.scenario == "quiet":
+        import quiet
+        result = quiet.main(args)
+        if args.json:
+            print(json.dumps(result))
+        return
     if args.scenario == "balance":
         import balance
         result = balance.run(args)

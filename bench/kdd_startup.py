@@ -17,7 +17,7 @@ of 500, watches), so its CPU time and peak RSS are this process's.  It reports:
 
 The API server child is this same script with ``--serve-apiserver``: it prints one JSON line
 when it is serving, then obeys JSON lines on stdin (``{"cmd": "churn", ...}``) and exits when
-stdin closes.  Results are printed as JSON (and appended to ``$BENCH_OUT`` if set).
+stdin closes (``{"cmd": "traffic"}`` answers with its ``ApiServer.traffic`` counts).  Results are printed as JSON (and appended to ``$BENCH_OUT`` if set).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,8 @@ async def serve_apiserver(size: str, group: str) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         path = server.kubeconfig_path(kubeconfig_dir)
-        await send_json(stdout, {"event": "serving", "kubeconfig": str(path), "objects": count,
+        await send_json(stdout, {"event": "serving", "kubeconfig": str(path),
+                                 "port": server.port, "objects": count,
                                  "pods": len(pods), "seed_s": round(seed_s, 2)})
         commands = JsonLines(stdin)
         rng = random.Random(11)
@@ -82,6 +84,8 @@ async def serve_apiserver(size: str, group: str) -> None:
                 writes = await churn(server, pods, rng, CHURN_LABEL, cmd["rate"],
                                      cmd["seconds"])
                 await send_json(stdout, {"event": "churned", "writes": writes})
+            elif cmd["cmd"] == "traffic":  # what clients have cost the server so far
+                await send_json(stdout, {"event": "traffic", **asdict(server.traffic)})
         nursery.cancel_scope.cancel()
 
 

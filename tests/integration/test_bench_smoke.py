@@ -141,3 +141,73 @@ def test_worker_latency_benchmark() -> None:
                           cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True, timeout=120)
     row = json.loads(done.stdout.strip().splitlines()[-1])
     assert row["workers"] == 2 and row["on_primary"]["n"] + row["on_workers"]["n"] > 0
+
+
+QUIET_FIGURES = {"connections", "requests", "watch_streams", "pings_sent",
+                 "bytes_to_datastore", "bytes_from_datastore"}
+
+
+@pytest.mark.parametrize("datastore", ["kubernetes",
+                                       pytest.param("etcdv3", marks=pytest.mark.etcd)])
+def test_quiet(datastore: str) -> None:
+    """bench/quiet.py reports, for trio-typha, the datastore's figures for the window and
+    since its start (a short run under a little churn: that something was counted is
+    checked, not how much)."""
+    result = run_bench("quiet", "--datastore", datastore, "--cluster", "tiny", "--settle",
+                       "1", "--seconds", "2", "--churn", "5")
+    assert result["scenario"] == "quiet" and result["datastore"] == datastore
+    assert result["go_typha"] is None  # not given --go-typha
+    run = result["trio_typha"]
+    assert run["window"].keys() >= QUIET_FIGURES and run["since_start"].keys() >= QUIET_FIGURES
+    start = run["since_start"]
+    assert start["connections"] > 0 and start["requests"] > 0 and start["watch_streams"] > 0
+    assert start["bytes_to_datastore"] > 0 and start["bytes_from_datastore"] > 0
+    assert run["churn_writes"] > 0 and run["window"]["bytes_from_datastore"] > 0
+    assert run["datastore_cpu_s"] >= 0
+    if datastore == "kubernetes":  # the API server's own count sits beside the proxy's
+        assert run["server_side"].keys() >= {"requests", "watches", "bytes_out"}
+
+
+def test_quiet_wire_count_reads_http1_and_http2() -> None:
+    """The proxy's counter on bytes the h2 library (client side) and HTTP/1.1 clients
+    write: requests, watch streams (Kubernetes ``watch=``, etcd's gRPC watch creations and
+    progress requests), PINGs, fed in pieces as a socket delivers them."""
+    import h2.connection
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from datastore_proxy import Counts, WireCount
+
+    counts = Counts()
+    http1 = WireCount(counts)
+    data = (b"GET /api/v1/pods?limit=500 HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /api/v1/pods?watch=true&resourceVersion=5 HTTP/1.1\r\nHost: x\r\n\r\n"
+            b'POST /v3/watch HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}')
+    for i in range(0, len(data), 7):
+        http1.feed(data[i:i + 7])
+    assert (counts.requests, counts.http1_requests, counts.watch_streams) == (3, 3, 2)
+
+    counts = Counts()
+    wire = WireCount(counts)
+    conn = h2.connection.H2Connection()
+    conn.initiate_connection()
+
+    def request(path: str, end: bool = True) -> int:
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "http"),
+                                (":authority", "x")], end_stream=end)
+        return sid
+
+    request("/api/v1/pods?limit=500")
+    request("/api/v1/namespaces?watch=1&allowWatchBookmarks=true")
+    watch = request("/etcdserverpb.Watch/Watch", end=False)
+    create, progress = b"\x0a\x02\x08\x01", b"\x1a\x00"
+    grpc = b"".join(b"\x00" + len(m).to_bytes(4) + m for m in (create, create, progress))
+    conn.send_data(watch, grpc)
+    conn.ping(b"8 bytes!")
+    out = conn.data_to_send()
+    for i in range(0, len(out), 5):
+        wire.feed(out[i:i + 5])
+    assert wire.h2 and counts.h2_connections == 1
+    assert (counts.requests, counts.h2_streams, counts.http1_requests) == (3, 3, 0)
+    assert (counts.watch_streams, counts.progress_requests, counts.pings_sent) == (3, 1, 1)
+    assert counts.bytes_to_datastore == len(out)
