@@ -85,9 +85,12 @@ class ExpectedKV:
     source: str
 
 
-def expected_state(contents: DatastoreContents, syncer_type: str
+def expected_state(contents: DatastoreContents, syncer_type: str, *,
+                   validation_filter: validation.ValidationFilter | None = None
                    ) -> dict[str, ExpectedKV]:
-    """The KV set a replica's ``syncer_type`` cache must hold for ``contents``."""
+    """The KV set a replica's ``syncer_type`` cache must hold for ``contents``
+    (``validation_filter``: one to share between calls, else a new one)."""
+    valid = validation_filter or validation.ValidationFilter()
     definition = syncer_definition(syncer_type, contents.mode,
                                    calico_group=contents.calico_group)
     wanted = set(definition.kinds)
@@ -99,7 +102,7 @@ def expected_state(contents: DatastoreContents, syncer_type: str
             continue
         revision = definition.source_revision(stored.kind, stored.revision)
         for kv in definition.convert(stored.kind, stored.obj):
-            if validation.validation_error(kv.key, kv.value) is None:
+            if valid.error(kv.key, kv.value) is None:
                 out[kv.key] = ExpectedKV(kv.value, revision, stored.source)
     return out
 
@@ -107,7 +110,8 @@ def expected_state(contents: DatastoreContents, syncer_type: str
 def expected_states(contents: DatastoreContents,
                     syncer_types: Iterable[str] = SYNCER_TYPES
                     ) -> dict[str, dict[str, ExpectedKV]]:
-    return {t: expected_state(contents, t) for t in syncer_types}
+    valid = validation.ValidationFilter()
+    return {t: expected_state(contents, t, validation_filter=valid) for t in syncer_types}
 
 
 # --- what a replica or client holds -------------------------------------------------------
@@ -227,10 +231,12 @@ def check(contents: DatastoreContents,
     """Compare every ``(subject, syncer_type, holder)`` with ``contents``; one report each
     (the expected state is computed once per syncer type)."""
     cache: dict[str, dict[str, ExpectedKV]] = {}
+    valid = validation.ValidationFilter()
     reports = []
     for subject, syncer_type, holder in holders:
         if syncer_type not in cache:
-            cache[syncer_type] = expected_state(contents, syncer_type)
+            cache[syncer_type] = expected_state(contents, syncer_type,
+                                                validation_filter=valid)
         reports.append(compare(cache[syncer_type], state_of(holder),
                                syncer_type=syncer_type, subject=subject))
     return reports

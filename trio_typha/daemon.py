@@ -36,7 +36,7 @@ from .serving import ServingProcess
 from .sessions.connections import SocketListener
 from .startup import DatastoreUnreachable, KubernetesConfigMissing, ListenPortInUse, port_in_use
 from .syncer.gcpause import GCPauses
-from .syncer.pipeline import SyncerPipeline
+from .syncer.pipeline import SyncerPipeline, Validator
 from .upstream import wire as upstream_wire
 from .upstream.serve import serve_follower
 from .workers.handoff import BalancingListener
@@ -278,6 +278,6 @@ def _no_felix() -> int:
     raise CountUnavailable("no felix syncer to count nodes with")
 
 
-def _validator() -> Any:
+def _validator() -> Validator:
     from .model import validation
-    return validation.validate_updates
+    return validation.ValidationFilter()

@@ -32,7 +32,16 @@ class SyslogFormatter(logging.Formatter):
 
 
 SYSLOG_ADDRESS = "/dev/log"
-_OURS: list[logging.Handler] = []
+
+
+# The destinations we open have types of their own, so the next setup knows them from the
+# root logger's handlers alone and closes them, never another's handler.
+class _LogFile(logging.FileHandler):
+    pass
+
+
+class _Syslog(logging.handlers.SysLogHandler):
+    pass
 
 
 def _add_ours(root: logging.Logger, handler: logging.Handler, formatter: logging.Formatter,
@@ -41,7 +50,6 @@ def _add_ours(root: logging.Logger, handler: logging.Handler, formatter: logging
     handler.setFormatter(formatter)
     handler.setLevel(_LEVELS.get(level.upper(), logging.INFO))
     root.addHandler(handler)
-    _OURS.append(handler)
     return handler.level
 
 
@@ -52,8 +60,7 @@ def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str =
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-        if h in _OURS:  # files and syslog we opened; never others' handlers
-            _OURS.remove(h)
+        if isinstance(h, (_LogFile, _Syslog)):
             h.close()
     screen = logging.StreamHandler(sys.stderr)
     screen.setFormatter(TyphaFormatter())
@@ -64,7 +71,7 @@ def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str =
     if file_path:
         try:
             os.makedirs(os.path.dirname(file_path) or ".", exist_ok=True)
-            to_file = logging.FileHandler(file_path, encoding="utf-8")
+            to_file = _LogFile(file_path, encoding="utf-8")
         except OSError as exc:
             problems.append(f"Failed to open log file {file_path} (LogFilePath): {exc}")
         else:
@@ -74,7 +81,7 @@ def setup_logging(level: str = "INFO", *, file_path: str = "", file_level: str =
             # SysLogHandler swallows a failed connect; find out first, as Typha reports it.
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
                 probe.connect(SYSLOG_ADDRESS)
-            to_sys = logging.handlers.SysLogHandler(address=SYSLOG_ADDRESS)
+            to_sys = _Syslog(address=SYSLOG_ADDRESS)
         except OSError as exc:
             problems.append(f"Failed to connect to syslog ({exc}). To prevent this error, "
                             "either set config parameter LogSeveritySys=none or configure a "

@@ -106,7 +106,7 @@ async def test_blocks_and_affinities_reach_felix_and_bgp(tmp_path: Path) -> None
         async with trio.open_nursery() as nursery:
             for syncer, feed in feeds.items():
                 pipeline = SyncerPipeline(syncer_definition(syncer, DatastoreMode.ETCD), ds,
-                                          feed, validator=validation.validate_updates)
+                                          feed, validator=validation.ValidationFilter())
                 await nursery.start(pipeline.run)
             with trio.fail_after(WAIT):
                 for feed in feeds.values():

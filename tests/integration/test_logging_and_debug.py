@@ -58,6 +58,22 @@ def test_file_and_syslog_destinations_with_their_own_levels(
     assert any("[INFO] " in r and "an info line" in r for r in received)
 
 
+def test_setting_up_again_closes_the_files_it_opened_and_no_others(
+        tmp_path: Path, restore_logging: None) -> None:
+    logs.setup_logging("INFO", file_path=str(tmp_path / "first.log"))
+    (first,) = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    foreign = logging.FileHandler(tmp_path / "foreign.log")
+    logging.getLogger().addHandler(foreign)
+    try:
+        logs.setup_logging("INFO", file_path=str(tmp_path / "second.log"))
+        files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+        assert [h.baseFilename for h in files] == [str(tmp_path / "second.log")]
+        assert first.stream is None  # closed
+        assert foreign.stream is not None and not foreign.stream.closed
+    finally:
+        foreign.close()
+
+
 def test_missing_syslog_is_one_error_line_not_a_crash(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_logging: None,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ from trio_typha.datastore.seed import load_seed_file
 from trio_typha.model.kinds import kind_for
 from trio_typha.model.kv import SYNCER_TYPES
 from trio_typha.model.syncers import DatastoreMode, syncer_definition
-from trio_typha.model.validation import validate_updates
+from trio_typha.model.validation import ValidationFilter
 from trio_typha.syncer.tracker import SourceTracker
 
 SEED = Path(__file__).parents[2] / "testbed" / "seeds" / "all-kinds.yaml"
@@ -65,7 +65,7 @@ def expected_kvs(syncer: str, seed: Path) -> dict[str, str]:
                                                if kind.namespaced else "", md["name"], obj,
                                                str(i + 1)))
     kvs: dict[str, str] = {}
-    for u in validate_updates(updates):
+    for u in ValidationFilter()(updates):
         if u.value:
             kvs[u.key] = u.value.decode()
         else:

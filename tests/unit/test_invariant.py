@@ -146,8 +146,8 @@ def test_check_reports_every_holder() -> None:
 
 
 def test_objects_failing_validation_are_not_expected(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validation, "validation_error",
-                        lambda key, value: "refused" if key == GNP_KEY else None)
+    monkeypatch.setattr(validation.ValidationFilter, "error",
+                        lambda self, key, value: "refused" if key == GNP_KEY else None)
     assert GNP_KEY not in expected_state(kdd(gnp()), "felix")
 
 
@@ -191,7 +191,8 @@ def test_incremental_path_agrees_with_the_checker(writes: list[tuple[str, int]])
     definition = syncer_definition("felix", DatastoreMode.KDD, calico_group=K.CALICO_CRD_GROUP)
     tracker = SourceTracker(definition)
     cache = SnapshotCache()
-    cache.apply(validation.validate_updates(tracker.static_updates()), now=0.0)
+    validate = validation.ValidationFilter()
+    cache.apply(validate(tracker.static_updates()), now=0.0)
     current: dict[str, dict[str, Any]] = {}
     for rv, (what, choice) in enumerate(writes, start=10):
         variants = VARIANTS[what]
@@ -205,7 +206,7 @@ def test_incremental_path_agrees_with_the_checker(writes: list[tuple[str, int]])
         kind = K.kind_for(template["apiVersion"], template["kind"])
         m = template["metadata"]
         ev = ResourceEvent(kind, m.get("namespace", ""), m["name"], obj, str(rv))
-        cache.apply(validation.validate_updates(tracker.apply(ev)), now=float(rv))
+        cache.apply(validate(tracker.apply(ev)), now=float(rv))
     expected = expected_state(kdd(*current.values()), "felix")
     report = compare(expected, state_of(cache), syncer_type="felix", subject="cache")
     assert report.ok, str(report)

@@ -6,10 +6,13 @@ that marker, not by a list, and reads each one's syntax tree: wherever it stands
 level or inside a function), a marked module may not import an event loop, sockets, TLS, an
 HTTP client, processes, files, the environment or a clock; may not call ``open``/``print``;
 may not read ``.now()``/``.today()``, ``environ``/``getenv``, ``Path.read_*`` or the
-standard streams; may not rebind module globals (process-wide state belongs to an object
-its owner passes in); and may import from trio_typha only modules that are marked too, so
+standard streams; and may import from trio_typha only modules that are marked too, so
 the rule holds transitively.  Then every marked module is imported in a fresh interpreter,
 so a third-party import that pulls trio or httpx in is caught as well.
+
+No module of trio_typha, marked or not, keeps process-wide state: none rebinds its globals
+or changes a container it binds at module level from a function (a memo, a registry), as
+such state belongs to an object its owner (the daemon, a pipeline) holds and passes in.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ FORBIDDEN_ATTRIBUTES = {
     "write_text": "a file", "write_bytes": "a file", "stdin": "a standard stream",
     "stdout": "a standard stream", "stderr": "a standard stream", "argv": "the command line",
 }
+#: Methods that change the container they are called on.
+MUTATORS = frozenset({"append", "appendleft", "add", "clear", "discard", "extend", "insert",
+                      "pop", "popitem", "popleft", "remove", "setdefault", "update"})
 #: Builtins that do I/O.
 FORBIDDEN_CALLS = {"open": "a file", "print": "a standard stream",
                    "input": "a standard stream", "breakpoint": "a debugger"}
@@ -93,10 +99,50 @@ def violations(source: Source, marked: set[str], modules: set[str]) -> list[str]
                 and node.func.id in FORBIDDEN_CALLS:
             found.append(f"{source.rel}:{node.lineno}: calls {node.func.id}() "
                          f"({FORBIDDEN_CALLS[node.func.id]})")
-        elif isinstance(node, ast.Global):
-            found.append(f"{source.rel}:{node.lineno}: rebinds module globals "
-                         f"{', '.join(node.names)} (process-wide state)")
-    return found
+    return found + state_violations(source)
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def _changed_container(node: ast.AST) -> ast.Name | None:
+    """The bare name whose container ``node`` changes (``x[k] = v``, ``del x[k]``,
+    ``x.append(v)``), if it does."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name):
+        return node.func.value
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+            and isinstance(node.value, ast.Name):
+        return node.value
+    return None
+
+
+def state_violations(source: Source) -> list[str]:
+    """Where ``source`` keeps process-wide state: a ``global`` statement, or a function
+    changing a container bound at module level (a name it binds itself is its own)."""
+    found = []
+    module = _module_names(source.tree)
+    for fn in ast.walk(source.tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} | {
+            n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Store)}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Global):
+                found.append(f"{source.rel}:{node.lineno}: rebinds module globals "
+                             f"{', '.join(node.names)} (process-wide state)")
+            elif (name := _changed_container(node)) is not None \
+                    and name.id in module and name.id not in local:
+                found.append(f"{source.rel}:{node.lineno}: changes module-level "
+                             f"{name.id} (process-wide state)")
+    return sorted(set(found))
 
 
 def _marked() -> list[Source]:
@@ -137,6 +183,9 @@ def test_the_probe_rejects_each_kind_of_impurity() -> None:
         "import socket\n": "imports socket",
         "from http import client\n": "imports http.client",
         "_n = 0\ndef f():\n    global _n\n    _n += 1\n": "rebinds module globals _n",
+        "_memo = {}\ndef f(k):\n    _memo[k] = 1\n": "changes module-level _memo",
+        "_seen = []\nasync def f(k):\n    _seen.append(k)\n": "changes module-level _seen",
+        "_m: dict = {}\ndef f():\n    del _m['k']\n": "changes module-level _m",
         "from ..sessions import connections\n": "imports trio_typha.sessions.connections, "
                                                 "which is not marked",
         "from .feed import CacheFeed\n": "imports trio_typha.cache.feed, which is not marked",
@@ -148,8 +197,15 @@ def test_the_probe_rejects_each_kind_of_impurity() -> None:
 
 def test_the_probe_accepts_pure_code() -> None:
     text = ("from socket import inet_aton\nimport json\nfrom .core import Breadcrumb\n"
-            "def f(now: float, s: str) -> bytes:\n    return inet_aton(s)\n")
+            "def f(now: float, s: str) -> bytes:\n    return inet_aton(s)\n"
+            "TABLE = {1: 2}\nTABLE[3] = 4\n"  # built at import, read only after
+            "def g(TABLE: dict) -> None:\n    TABLE.clear()\n"  # its own argument
+            "def h() -> list:\n    TABLE = []\n    TABLE.append(1)\n    return TABLE\n")
     assert violations(_synthetic(text), {"trio_typha.cache.core"}, MODULES) == []
+
+
+def test_no_module_keeps_process_wide_state() -> None:
+    assert [v for s in sources() for v in state_violations(s)] == []
 
 
 _PROBE = """

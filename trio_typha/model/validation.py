@@ -517,18 +517,36 @@ V1_STRUCT: dict[str, Callable[[Mapping[str, Any]], None]] = {
 # The tag engine
 
 
-@dataclasses.dataclass(frozen=True)
-class _Validator:
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Rules:
+    """One validator's rules (v1 or v3): its field tags, struct-level checks and protocol
+    names."""
+
     fields: Mapping[str, Callable[[Any], bool]]
     structs: Mapping[str, Callable[[Mapping[str, Any]], None]]
     protocol_names: str
+
+
+class _Validator:
+    """One set of :class:`_Rules` applied with the memos of one owner: what it has worked
+    out of the Go types (:meth:`_info`, :meth:`_plan`) and the verdicts of flat structs."""
+
+    def __init__(self, rules: _Rules) -> None:
+        self.fields = rules.fields
+        self.structs = rules.structs
+        self.protocol_names = rules.protocol_names
+        self._types: dict[Any, _TypeInfo] = {}
+        self._plans: dict[Struct, _Plan] = {}
+        # The verdicts of flat structs (None: valid, else the failure), by struct type and
+        # field values; cleared when full.
+        self._verdicts: dict[tuple[Any, ...], str | None] = {}
 
     def check(self, t: Any, v: Any) -> None:
         """Descend into ``v`` (of Go type ``t``) running struct-level validators.  Like
         go-playground, slice and map elements are only visited under a ``dive`` tag."""
         if v is None:
             return
-        info = _info(t)
+        info = self._info(t)
         if info.shape is _Shape.STRUCT:
             self._struct(info.base, v)
         elif info.shape is _Shape.PORT:
@@ -542,8 +560,8 @@ class _Validator:
             # verdict depends only on the field values, their types and the validator.
             items = tuple(v.items())
             if all(type(x) in _MEMO_SCALARS for _, x in items):
-                key = (id(self), t, tuple((k, type(x), x) for k, x in items))
-                verdict = _VERDICTS.get(key, _UNKNOWN)
+                key = (t, tuple((k, type(x), x) for k, x in items))
+                verdict = self._verdicts.get(key, _UNKNOWN)
                 if verdict is _UNKNOWN:
                     try:
                         self._struct_walk(t, v)
@@ -551,9 +569,9 @@ class _Validator:
                         verdict = str(exc)
                     else:
                         verdict = None
-                    if len(_VERDICTS) >= _VERDICTS_MAX:
-                        _VERDICTS.clear()
-                    _VERDICTS[key] = verdict
+                    if len(self._verdicts) >= _VERDICTS_MAX:
+                        self._verdicts.clear()
+                    self._verdicts[key] = verdict
                 if verdict is not None:
                     raise _Invalid(verdict)
                 return
@@ -562,7 +580,7 @@ class _Validator:
     def _struct_walk(self, t: Struct, v: Mapping[str, Any]) -> None:
         if t.fields:
             get = v.get  # a value that is not an object fails here, whatever its fields
-            for f, tags in _plan(t):
+            for f, tags in self._plan(t):
                 value = get(f.name)
                 if tags is not None:
                     self._tags(f.name, f.type, tags, value)
@@ -573,7 +591,7 @@ class _Validator:
             fn(v)
 
     def _tags(self, name: str, t: Any, tags: list[str], value: Any) -> None:
-        info = _info(t)
+        info = self._info(t)
         if info.struct_kind:
             # go-playground runs no tags on a struct-kind field (all our marshalers are
             # structs in Go); it validates the struct itself.
@@ -616,12 +634,45 @@ class _Validator:
                     _fail(f"{name} fails {tag}: {value!r}")
         self.check(t, value)
 
+    def _info(self, t: Any) -> _TypeInfo:
+        """What the validator needs of the Go type ``t``, worked out once per type object
+        (the gojson types derive from ``abc.ABC``, whose isinstance checks are slow on this
+        path)."""
+        info = self._types.get(t)
+        if info is None:
+            base = t
+            while isinstance(base, Ptr):
+                base = base.elem
+            shape = (_Shape.STRUCT if isinstance(base, Struct) else _Shape.PORT
+                     if base is PORT else _Shape.PROTOCOL if base is PROTOCOL
+                     else _Shape.NOTHING)
+            info = self._types[t] = _TypeInfo(
+                shape, base, isinstance(base, (Struct, Custom, RawJSON)),
+                base.elem if isinstance(base, (Slice, Map)) else base)
+        return info
 
-# The verdicts of flat structs (None: valid, else the failure), by validator, struct type
-# and field values; cleared when full.  Floats are left out: -0.0 == 0.0 but their repr,
-# which a failure message may quote, differs.
+    def _plan(self, t: Struct) -> _Plan:
+        """The fields of ``t`` that :meth:`_struct` must visit, with their tags (None:
+        none), in declaration order.  A field without tags whose type :meth:`check` never
+        descends into (strings, numbers, slices and maps not under ``dive``, marshalers
+        other than ports and protocols) cannot fail and is left out."""
+        plan = self._plans.get(t)
+        if plan is None:
+            tags = VALIDATE_TAGS.get(t.name, {})
+            plan = []
+            for f in t.fields:
+                tag = tags.get(f.name)
+                if tag:
+                    plan.append((f, tag.split(",")))
+                elif self._info(f.type).shape is not _Shape.NOTHING:
+                    plan.append((f, None))
+            self._plans[t] = plan
+        return plan
+
+
+# Flat-struct verdicts are remembered for values of these types only.  Floats are left out:
+# -0.0 == 0.0 but their repr, which a failure message may quote, differs.
 _MEMO_SCALARS = frozenset({str, int, bool, type(None)})
-_VERDICTS: dict[tuple[Any, ...], str | None] = {}
 _VERDICTS_MAX = 4096
 _UNKNOWN = object()
 
@@ -642,47 +693,7 @@ class _TypeInfo(NamedTuple):
     elem: Any  # what ``dive`` visits: a slice's or map's element type, else ``base``
 
 
-_INFO: dict[Any, _TypeInfo] = {}
-
-
-def _info(t: Any) -> _TypeInfo:
-    """What the validator needs of the Go type ``t``, worked out once per type object (the
-    gojson types derive from ``abc.ABC``, whose isinstance checks were a tenth of the
-    validation time)."""
-    info = _INFO.get(t)
-    if info is None:
-        base = t
-        while isinstance(base, Ptr):
-            base = base.elem
-        shape = (_Shape.STRUCT if isinstance(base, Struct) else _Shape.PORT if base is PORT
-                 else _Shape.PROTOCOL if base is PROTOCOL else _Shape.NOTHING)
-        info = _INFO[t] = _TypeInfo(
-            shape, base, isinstance(base, (Struct, Custom, RawJSON)),
-            base.elem if isinstance(base, (Slice, Map)) else base)
-    return info
-
-
 _Plan = list[tuple[Field, "list[str] | None"]]
-_PLANS: dict[Struct, _Plan] = {}
-
-
-def _plan(t: Struct) -> _Plan:
-    """The fields of ``t`` that :meth:`_Validator._struct` must visit, with their tags
-    (None: none), in declaration order.  A field without tags whose type ``check`` never
-    descends into (strings, numbers, slices and maps not under ``dive``, marshalers other
-    than ports and protocols) cannot fail and is left out."""
-    plan = _PLANS.get(t)
-    if plan is None:
-        tags = VALIDATE_TAGS.get(t.name, {})
-        plan = []
-        for f in t.fields:
-            tag = tags.get(f.name)
-            if tag:
-                plan.append((f, tag.split(",")))
-            elif _visited(f.type):
-                plan.append((f, None))
-        _PLANS[t] = plan
-    return plan
 
 
 def _flat(t: Struct) -> bool:
@@ -690,10 +701,6 @@ def _flat(t: Struct) -> bool:
     or pointer): ``t``'s validation depends on its field values only."""
     return bool(t.fields) and all(
         not isinstance(f.type, (Struct, Slice, Map, Ptr, RawJSON)) for f in t.fields)
-
-
-def _visited(t: Any) -> bool:
-    return _info(t).shape is not _Shape.NOTHING
 
 
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -715,8 +722,8 @@ def _is_zero(v: Any) -> bool:
     return v is None or v == "" or v is False or (isinstance(v, (int, float)) and v == 0)
 
 
-_V1 = _Validator(V1_FIELD, V1_STRUCT, r"tcp|udp|icmp|icmpv6|sctp|udplite")
-_V3 = _Validator(V3_FIELD, V3_STRUCT, r"TCP|UDP|ICMP|ICMPv6|SCTP|UDPLite")
+_V1 = _Rules(V1_FIELD, V1_STRUCT, r"tcp|udp|icmp|icmpv6|sctp|udplite")
+_V3 = _Rules(V3_FIELD, V3_STRUCT, r"TCP|UDP|ICMP|ICMPv6|SCTP|UDPLite")
 
 # v3 passthrough plural → schema root.
 _V3_ROOTS = {"nodes": "Node", "profiles": "Profile", "bgpconfigurations": "BGPConfiguration",
@@ -730,8 +737,8 @@ _V3_ROOTS = {"nodes": "Node", "profiles": "Profile", "bgpconfigurations": "BGPCo
              "globalnetworksets": "GlobalNetworkSet"}
 
 
-def _classify(key: str) -> tuple[_Validator, Struct] | None:
-    """The validator and Go type of the value stored under ``key``; None when the value is
+def _classify(key: str) -> tuple[_Rules, Struct] | None:
+    """The validator's rules and Go type of the value stored under ``key``; None when the value is
     not a struct (raw strings, booleans, IPs, label maps)."""
     parts = key.split("/")
     if key.startswith("/calico/resources/v3/projectcalico.org/") and len(parts) >= 7:
@@ -762,40 +769,51 @@ def _classify(key: str) -> tuple[_Validator, Struct] | None:
     return None
 
 
-def validation_error(key: str, value: bytes) -> str | None:
-    """Why Typha's validation filter would null this value, or None if it passes."""
-    target = _classify(key)
-    if target is None:
+class ValidationFilter:
+    """Typha's validation filter with its memos: one per owner (the daemon's pipelines
+    share one), so what it remembers lives and goes with that owner.
+
+    Called with a batch of updates it returns the batch with failing values nulled (the
+    pipeline's ``Validator``); :meth:`error` says why one value would be.
+    """
+
+    def __init__(self) -> None:
+        self._validators = {_V1: _Validator(_V1), _V3: _Validator(_V3)}
+
+    def error(self, key: str, value: bytes) -> str | None:
+        """Why Typha's validation filter would null this value, or None if it passes."""
+        target = _classify(key)
+        if target is None:
+            return None
+        rules, root = target
+        try:
+            decoded = loads(value)
+        except ValueError as e:
+            return f"value is not JSON: {e}"
+        if not isinstance(decoded, dict):
+            return "value is not an object"
+        if root.name == "v1.WorkloadEndpoint" and not decoded.get("name"):
+            return "missing name"
+        try:
+            self._validators[rules].check(root, decoded)
+        except _Invalid as e:
+            return str(e)
+        except ValueError as e:
+            return f"malformed value: {e}"
         return None
-    validator, root = target
-    try:
-        decoded = loads(value)
-    except ValueError as e:
-        return f"value is not JSON: {e}"
-    if not isinstance(decoded, dict):
-        return "value is not an object"
-    if root.name == "v1.WorkloadEndpoint" and not decoded.get("name"):
-        return "missing name"
-    try:
-        validator.check(root, decoded)
-    except _Invalid as e:
-        return str(e)
-    except ValueError as e:
-        return f"malformed value: {e}"
-    return None
 
-
-def validate_updates(updates: list[SerializedUpdate]) -> list[SerializedUpdate]:
-    """The validation filter over one batch: failing values become nil (deletions)."""
-    out: list[SerializedUpdate] = []
-    for u in updates:
-        if u.value:
-            why = validation_error(u.key, u.value)
-            if why is not None:
-                log.warning("Validation failed; treating as missing key=%s: %s", u.key, why)
-                u = dataclasses.replace(u, value=None, v3_resource_version="")
-        out.append(u)
-    return out
+    def __call__(self, updates: list[SerializedUpdate]) -> list[SerializedUpdate]:
+        """The validation filter over one batch: failing values become nil (deletions)."""
+        out: list[SerializedUpdate] = []
+        for u in updates:
+            if u.value:
+                why = self.error(u.key, u.value)
+                if why is not None:
+                    log.warning("Validation failed; treating as missing key=%s: %s", u.key,
+                                why)
+                    u = dataclasses.replace(u, value=None, v3_resource_version="")
+            out.append(u)
+        return out
 
 
 _LEAVES = frozenset(t for t in GO_TYPES.values() if _flat(t))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import CIPHER_SUITES, Config, ConfigError
+from .client_ca_list import ClientCAList
 from .diagnosis import enable_capture
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,14 @@ class TLSPolicy:
 
 
 def server_ssl_context(cert_file: str, key_file: str, ca_file: str, policy: TLSPolicy, *,
-                       capture: bool = True) -> ssl.SSLContext:
+                       capture: bool = True, ca_names: ClientCAList | None = None
+                       ) -> ssl.SSLContext:
     """The server context; :class:`ConfigError` naming the setting if a file is bad.
 
     ``capture``: record the peer's certificate during handshakes (for diagnosis; it costs
     a Python call per TLS record, so connections move to a context without it once the
-    handshake is done: :attr:`ServerTLS.serving`)."""
+    handshake is done: :attr:`ServerTLS.serving`).  ``ca_names``: what names the CAs in
+    the CertificateRequest (a :class:`ServerTLS` passes its own; else a new one)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     policy.apply(ctx)
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
@@ -62,8 +65,7 @@ def server_ssl_context(cert_file: str, key_file: str, ca_file: str, policy: TLSP
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     if capture:
         enable_capture(ctx)
-    from .client_ca_list import send_client_ca_list
-    send_client_ca_list(ctx, ca_file)
+    (ca_names or ClientCAList()).send(ctx, ca_file)
     return ctx
 
 
@@ -103,14 +105,16 @@ class ServerTLS:
                  policy: TLSPolicy) -> None:
         self.files = (cert_file, key_file, ca_file)
         self.policy = policy
+        self._ca_names = ClientCAList()
         self._stamp = self._stat()
         self.context, self.serving = self._build()
         self.reloads = 0
 
     def _build(self) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         """(handshake context, the same without certificate capture for after it)."""
-        return (server_ssl_context(*self.files, self.policy),
-                server_ssl_context(*self.files, self.policy, capture=False))
+        return (server_ssl_context(*self.files, self.policy, ca_names=self._ca_names),
+                server_ssl_context(*self.files, self.policy, capture=False,
+                                   ca_names=self._ca_names))
 
     def _stat(self) -> tuple[tuple[int, int, int], ...]:
         out = []

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from trio_typha.model.kv import SerializedUpdate, UpdateType
-from trio_typha.model.validation import validate_updates, validation_error
+from trio_typha.model.validation import ValidationFilter
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "validation.json").read_text("utf-8"))
+# One filter for the module: its memos carry over from case to case, as in a pipeline.
+validation_error = ValidationFilter().error
 
 
 @pytest.mark.parametrize("case", GOLDEN, ids=[f"{i}-{c['key']}" for i, c in enumerate(GOLDEN)])
@@ -43,7 +45,7 @@ def test_filter_nulls_failures_and_keeps_the_update_type() -> None:
     deletion = SerializedUpdate("/calico/v1/policy/GlobalNetworkPolicy//x", None, "8",
                                 update_type=UpdateType.DELETED)
     raw = SerializedUpdate("/calico/v1/config/Anything", b"not json", "9")
-    out = validate_updates([good, bad, no_name, deletion, raw])
+    out = ValidationFilter()([good, bad, no_name, deletion, raw])
     assert out[0] is good and out[3] is deletion and out[4] is raw
     assert out[1] == SerializedUpdate(bad.key, None, "6", "", 0, UpdateType.NEW)
     assert out[2].value is None and out[2].deleted
@@ -77,10 +79,11 @@ def test_flat_struct_verdicts_are_remembered_exactly(monkeypatch) -> None:
     @given(st.lists(port, min_size=1, max_size=3))
     def check(ports: list[dict]) -> None:
         value = _json.dumps({"name": "cali1", "ports": ports}).encode()
-        remembered = [V.validation_error(key, value) for _ in range(2)]
+        remembering = V.ValidationFilter()
+        remembered = [remembering.error(key, value) for _ in range(2)]
         with monkeypatch.context() as m:
             m.setattr(V, "_LEAVES", frozenset())
-            walked = V.validation_error(key, value)
+            walked = V.ValidationFilter().error(key, value)
         assert remembered == [walked, walked]
 
     check()
