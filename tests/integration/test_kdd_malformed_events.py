@@ -30,8 +30,7 @@ from trio_typha.datastore.k8s_watch import WatchTuning
 from trio_typha.datastore.kubernetes import KubernetesDatastore
 from trio_typha.model import kinds as K
 
-FAST = WatchTuning(watch_timeout=300, min_watch_interval=0.001, backoff_initial=0.01,
-                   backoff_max=0.05)
+FAST = WatchTuning(min_watch_interval=0.001, backoff_initial=0.01, backoff_max=0.05)
 
 
 class _Prefixed:

@@ -38,7 +38,7 @@ from trio_typha.datastore.kubernetes import KubernetesDatastore, open_kubernetes
 from trio_typha.model import kinds as K
 from trio_typha.model.kinds import ResourceKind
 
-FAST = WatchTuning(page_size=3, watch_timeout=300, min_watch_interval=0.001,
+FAST = WatchTuning(page_size=3, min_watch_interval=0.001,
                    backoff_initial=0.01, backoff_max=0.05)
 IPPOOL = K.calico_kind("IPPool", K.CALICO_CRD_GROUP)
 
@@ -117,7 +117,8 @@ async def test_paginated_list_then_watch_changes(server: ApiServer) -> None:
         assert all(q.keys() == {"limit", "continue"} for q in pages[1:])
         await log.watch_from(K.POD, server.store.revision)
         watch = log.watches(K.POD)[0]
-        assert watch["allowWatchBookmarks"] == "true" and int(watch["timeoutSeconds"]) >= 300
+        # As Go Typha: bookmarks on, no timeoutSeconds (the server ends the stream).
+        assert watch["allowWatchBookmarks"] == "true" and "timeoutSeconds" not in watch
 
         added = server.store.create(K.POD, pod("new"))
         changed = server.store.update(K.POD, {**seeded[0], "spec": {"nodeName": "n1"}})
@@ -533,8 +534,7 @@ async def test_namespaces_and_service_accounts_are_listed_as_go_s_profile_client
             assert first == {"limit": "3"}
             assert rest and all(q.keys() == {"limit", "continue"} for q in rest)
             (watch,) = log.watches(kind)
-            assert watch.keys() == {"watch", "resourceVersion", "allowWatchBookmarks",
-                                    "timeoutSeconds"}
+            assert watch.keys() == {"watch", "resourceVersion", "allowWatchBookmarks"}
             assert watch["allowWatchBookmarks"] == "true"
         # Consistent reads are quorum reads of etcd, not the watch cache.
         assert server.api.list_reads["storage"] - reads == sum(

@@ -182,20 +182,30 @@ class KubeApi:
 
     @asynccontextmanager
     async def watch(self, kind: ResourceKind, *, resource_version: str,
-                    timeout_seconds: int) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+                    timeout_seconds: int | None = None
+                    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         """Open a watch of ``kind`` from ``resource_version``; yields its event iterator.
 
+        ``timeout_seconds`` None sends no ``timeoutSeconds``: the server ends the stream at
+        its own timeout (kube-apiserver: 30 to 60 minutes), as Calico's watches leave it.
+
         Raises :class:`ApiError` if the server refuses the watch; the iterator ends when the
-        server ends the stream (``timeoutSeconds``) and raises :class:`K8sTransportError`
-        if it drops, :class:`MalformedResponse` for a line that is not a watch event.
+        server ends the stream and raises :class:`K8sTransportError` if it drops,
+        :class:`MalformedResponse` for a line that is not a watch event.
         """
         params = {"watch": "true", "resourceVersion": resource_version,
-                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+                  "allowWatchBookmarks": "true"}
+        if timeout_seconds is not None:
+            params["timeoutSeconds"] = str(timeout_seconds)
+        # A quiet kind's stream may carry nothing for as long as the server keeps it open
+        # (bookmarks come only once its revision moves), so its silence is judged by the
+        # stall check and TCP keepalive (.stall), not a read timeout; with timeoutSeconds,
+        # a silence past it is a dead peer.
+        read = None if timeout_seconds is None else timeout_seconds + 30.0
         request = self._client.build_request(
             "GET", resource_path(kind), params=params, headers=await self._headers(),
             extensions=self._extensions,
-            # The server ends the stream after timeoutSeconds; a longer silence is a dead peer.
-            timeout=httpx.Timeout(self._client.timeout.connect, read=timeout_seconds + 30.0))
+            timeout=httpx.Timeout(self._client.timeout.connect, read=read))
         with translated(ERRORS):
             response = await self._client.send(request, stream=True)
         try:

@@ -62,7 +62,10 @@ class WatchTuning:
     """Sizes and timings of the list-watch loops; defaults follow Calico and client-go."""
 
     page_size: int = 500  # list `limit`
-    watch_timeout: float = 300.0  # each watch asks for timeoutSeconds in [t, 2t) (client-go)
+    # None: watches carry no timeoutSeconds and run until the server ends them, as Calico's
+    # (libcalico-go/lib/backend/k8s/resources/resources.go watchOptionsToK8sListOptions);
+    # a number t asks for timeoutSeconds in [t, 2t), as client-go's reflector does
+    watch_timeout: float | None = None
     min_watch_interval: float = 0.5  # floor between two watch requests of one kind
     missing_kind_recheck: float = 1800.0  # relist a kind that was 404 this often
     # Calico's WatchPollInterval: the wait before listing again when a list gives no
@@ -200,7 +203,7 @@ class KindWatcher:
         start_rv = self.reflector.resume_rv
         assert start_rv is not None
         base = self.tuning.watch_timeout
-        timeout = max(int(base + base * self._random()), 1)
+        timeout = None if base is None else max(int(base + base * self._random()), 1)
         progressed = False
         stalled: list[WatchStalled] = []
         error: Exception
@@ -231,7 +234,7 @@ class KindWatcher:
                             "API server has changes after resourceVersion %s; resuming the "
                             "watch on a new connection", self.kind, self.stream,
                             stalled[0].silent_for, self.reflector.resume_rv)
-            return  # the server ended the stream (timeoutSeconds), or it stalled: resume
+            return  # the server ended the stream (its timeout), or it stalled: resume
         except WatchErrorEvent as exc:
             if exc.status.expired or exc.status.too_large_rv:
                 self._expired(start_rv, exc)
