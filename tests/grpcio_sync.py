@@ -1,21 +1,29 @@
-"""The tests' grpcio ``typha.v1.Sync`` client, driven from trio.
+"""The one grpcio ``typha.v1.Sync`` client, for the tests and the benchmarks.
 
-grpcio's blocking API runs the call in a worker thread: the thread iterates the response
-stream, answers every ping with an ack (through the request iterator) unless told not to, and
-hands each response to the trio thread.  There it is folded into :attr:`GrpcioSync.kvs` (and
-the stream's header, in-sync marker and status) and queued for :meth:`GrpcioSync.recv`, so a
-test can follow either the state (:meth:`~GrpcioSync.wait_until`) or the messages one by one.
-All client state is touched only in the trio thread: tests read it without locks.
+What every grpcio stream does is here once: the channel (plain or mutual TLS,
+:func:`open_channel`), the method with the checked-in ``typha_pb2`` serializers
+(:func:`sync_method`), the start request and the ack answering each ping
+(:func:`ack_for`).  Two drivers run it:
 
-The stub is built with ``channel.stream_stream`` and the checked-in ``typha_pb2`` serializers;
-a test of the generated stubs passes ``stub=lambda channel: stubs.SyncStub(channel).Sync``.
+* :class:`GrpcioSync` (:func:`grpcio_sync`), the tests': grpcio's blocking API runs the call
+  in a worker thread, which iterates the response stream, answers every ping unless told
+  not to, and hands each response to the trio thread.  There it is folded into
+  :attr:`GrpcioSync.kvs` (and the stream's header, in-sync marker and status) and queued for
+  :meth:`GrpcioSync.recv`, so a test can follow either the state
+  (:meth:`~GrpcioSync.wait_until`) or the messages one by one.  All client state is touched
+  only in the trio thread: tests read it without locks.  A test of the generated stubs
+  passes ``stub=lambda channel: stubs.SyncStub(channel).Sync``.
+* :class:`AioSync`, the benchmarks' (``bench/grpc_clients.py``): many streams on one asyncio
+  loop, each on its own TCP connection as each calico-node has its own, counting what
+  arrives instead of keeping it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -24,9 +32,56 @@ from typing import Any
 import grpc
 import trio
 
+from testbed.fleet import ClientTLS
 from trio_typha.protocols.grpc import typha_pb2 as pb
 
 SYNC_METHOD = "/typha.v1.Sync/Sync"
+MAX_RECEIVE = 64 << 20  # a large cluster's snapshot messages
+
+
+def open_channel(target: str, *, tls: ClientTLS | None = None, own_connection: bool = False,
+                 aio: bool = False) -> Any:
+    """A grpcio channel to ``target`` (``grpc.Channel``, or ``grpc.aio.Channel`` with
+    ``aio``), mutual TLS with ``tls``; ``own_connection``: not shared with other channels
+    of the process (a local subchannel pool)."""
+    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RECEIVE)]
+    if own_connection:
+        options.append(("grpc.use_local_subchannel_pool", 1))
+    module = grpc.aio if aio else grpc
+    if tls is None:
+        return module.insecure_channel(target, options=options)
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return module.secure_channel(target, credentials(tls), options=options)
+
+
+def credentials(tls: ClientTLS) -> grpc.ChannelCredentials:
+    def read(path: str) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as fh:
+            return fh.read()
+    return grpc.ssl_channel_credentials(read(tls.ca_file), read(tls.key_file),
+                                        read(tls.cert_file))
+
+
+def sync_method(channel: Any) -> Any:
+    """The Sync call on ``channel`` (blocking or asyncio: both build it alike)."""
+    return channel.stream_stream(SYNC_METHOD, request_serializer=pb.SyncRequest.SerializeToString,
+                                 response_deserializer=pb.SyncResponse.FromString)
+
+
+def start_request(syncer_type: str, hostname: str, **fields: Any) -> pb.SyncRequest:
+    return pb.SyncRequest(start=pb.SyncRequestStart(syncer_type=syncer_type, hostname=hostname,
+                                                    **fields))
+
+
+def ack_for(resp: pb.SyncResponse) -> pb.SyncRequest | None:
+    """The ack a ping asks for (None for any other response)."""
+    if resp.WhichOneof("msg") != "ping":
+        return None
+    return pb.SyncRequest(ack=pb.Ack(ping_id=resp.ping.id,
+                                     ping_timestamp_unix_nanos=resp.ping.timestamp_unix_nanos))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,18 +113,14 @@ class GrpcioSync:
 
     def __init__(self, port: int, syncer_type: str = "felix", *, hostname: str = "test-host",
                  auto_ack: bool = True, stub: Callable[[grpc.Channel], Any] | None = None,
-                 recv_timeout: float = 20.0) -> None:
+                 recv_timeout: float = 20.0, tls: ClientTLS | None = None) -> None:
         self.syncer_type = syncer_type
         self.auto_ack = auto_ack
         self.recv_timeout = recv_timeout
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 64 << 20)])
-        self._method = stub(self.channel) if stub is not None else self.channel.stream_stream(
-            SYNC_METHOD, request_serializer=pb.SyncRequest.SerializeToString,
-            response_deserializer=pb.SyncResponse.FromString)
-        self._start = pb.SyncRequest(start=pb.SyncRequestStart(
-            syncer_type=syncer_type, hostname=hostname, info="trio-typha tests",
-            version="test", client_conn_id=7))
+        self.channel = open_channel(f"127.0.0.1:{port}", tls=tls)
+        self._method = stub(self.channel) if stub is not None else sync_method(self.channel)
+        self._start = start_request(syncer_type, hostname, info="trio-typha tests",
+                                    version="test", client_conn_id=7)
         self._requests: queue.SimpleQueue[pb.SyncRequest | None] = queue.SimpleQueue()
         self._send, self._recv = trio.open_memory_channel[pb.SyncResponse | ClientEnded](
             float("inf"))
@@ -96,10 +147,8 @@ class GrpcioSync:
         assert self.call is not None
         try:
             for resp in self.call:
-                if resp.WhichOneof("msg") == "ping" and self.auto_ack:
-                    self._requests.put(pb.SyncRequest(ack=pb.Ack(
-                        ping_id=resp.ping.id,
-                        ping_timestamp_unix_nanos=resp.ping.timestamp_unix_nanos)))
+                if self.auto_ack and (ack := ack_for(resp)) is not None:
+                    self._requests.put(ack)
                     self.acks_sent += 1
                 deliver(resp, time.monotonic())
             deliver(ClientEnded(grpc.StatusCode.OK, ""), 0.0)
@@ -200,3 +249,57 @@ async def grpcio_sync(port: int, syncer_type: str = "felix", **kwargs: Any
                 client._requests.put(None)
     finally:
         client.channel.close()
+
+
+class AioSync:
+    """One grpcio asyncio Sync stream of a benchmark fleet (see the module docstring).
+
+    It counts the keys of the snapshot (``keys``) and every update (``updates``), shows
+    each batch received once in sync to ``on_update``, notes the kind of the last response
+    (where a stuck client stopped) and how the call failed (``error``); ``in_sync`` is set
+    at the in-sync marker, or when the call fails first.
+    """
+
+    def __init__(self, target: str, syncer_type: str, *, hostname: str = "bench",
+                 tls: ClientTLS | None = None,
+                 on_update: Callable[[Sequence[pb.KV]], None] | None = None) -> None:
+        self.target = target
+        self.syncer_type = syncer_type
+        self.hostname = hostname
+        self.tls = tls
+        self.on_update = on_update
+        self.in_sync = asyncio.Event()
+        self.keys = 0
+        self.updates = 0
+        self.error: str | None = None
+        self.last = ""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until the call ends, fails, or ``stop`` is set (seen at the next response)."""
+        async with open_channel(self.target, tls=self.tls, own_connection=True,
+                                aio=True) as channel:
+            call = sync_method(channel)()
+            await call.write(start_request(self.syncer_type, self.hostname))
+            finished = False
+            try:
+                async for msg in call:
+                    which = msg.WhichOneof("msg")
+                    self.last = which
+                    if which == "update":
+                        self.updates += len(msg.update.kvs)
+                        if not finished:
+                            self.keys += len(msg.update.kvs)
+                        elif self.on_update is not None:
+                            self.on_update(msg.update.kvs)
+                    elif which == "finished":
+                        finished = True
+                        self.in_sync.set()
+                    elif (ack := ack_for(msg)) is not None:
+                        await call.write(ack)
+                    if stop.is_set():
+                        break
+            except grpc.aio.AioRpcError as exc:
+                self.error = f"{exc.code().name}: {exc.details()}"
+                self.in_sync.set()
+            finally:
+                call.cancel()

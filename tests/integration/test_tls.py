@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ssl
 
-import grpc
 import pytest
 import trio
 import trustme
 
+from testbed.fleet import ClientTLS
+from tests.grpcio_sync import grpcio_sync
 from trio_typha.client import grpc as g
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
 from trio_typha.config_sources import load_config
@@ -30,7 +31,9 @@ def pki(tmp_path_factory):
     stranger = other_ca.issue_cert("typha-client", common_name="typha-client")
     paths = {}
     for name, blob in [("ca", ca.cert_pem), ("server_cert", server.cert_chain_pems[0]),
-                       ("server_key", server.private_key_pem)]:
+                       ("server_key", server.private_key_pem),
+                       ("felix_cert", felix.cert_chain_pems[0]),
+                       ("felix_key", felix.private_key_pem)]:
         paths[name] = d / f"{name}.pem"
         blob.write_to_path(str(paths[name]))
     return {"paths": paths, "ca": ca, "felix": felix, "intruder": intruder,
@@ -85,33 +88,13 @@ async def test_grpc_h2_client_negotiates_alpn(daemon, pki) -> None:
 
 
 async def test_real_grpcio_client_over_mtls(daemon, pki) -> None:
-    felix = pki["felix"]
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=pki["ca"].cert_pem.bytes(),
-        private_key=felix.private_key_pem.bytes(),
-        certificate_chain=b"".join(b.bytes() for b in felix.cert_chain_pems))
-    target = f"127.0.0.1:{daemon.ports['server']}"
-
-    def run() -> tuple[int, int]:
-        with grpc.secure_channel(target, creds, options=[
-                ("grpc.ssl_target_name_override", "typha-server")]) as channel:
-            call = channel.stream_stream(
-                "/typha.v1.Sync/Sync", request_serializer=pb.SyncRequest.SerializeToString,
-                response_deserializer=pb.SyncResponse.FromString)(
-                    iter([pb.SyncRequest(start=pb.SyncRequestStart(syncer_type="felix"))]),
-                    timeout=20)
-            kvs = 0
-            for msg in call:
-                if msg.WhichOneof("msg") == "update":
-                    kvs += len(msg.update.kvs)
-                elif msg.WhichOneof("msg") == "finished":
-                    call.cancel()
-                    return kvs, msg.finished.sync_status
-        raise AssertionError("stream ended before finished")
-
-    kvs, status = await trio.to_thread.run_sync(run)
-    assert kvs == len(daemon.pipelines["felix"].feed.cache)
-    assert status == pb.SYNC_STATUS_IN_SYNC
+    p = pki["paths"]
+    tls = ClientTLS(str(p["ca"]), str(p["felix_cert"]), str(p["felix_key"]), "typha-server")
+    async with grpcio_sync(daemon.ports["server"], "felix", tls=tls) as client:
+        with trio.fail_after(20):
+            await client.wait_until(lambda: client.in_sync)
+    assert len(client.kvs) == len(daemon.pipelines["felix"].feed.cache)
+    assert client.status == pb.SYNC_STATUS_IN_SYNC
 
 
 @pytest.mark.parametrize("who", ["intruder", "stranger"])  # wrong CN; cert from another CA
