@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backoff", "logs", "records", "startup"),
     ("model",),
     ("config",),
-    ("config_sources", "cpus", "tls"),
+    ("config_sources", "cpus", "tls", "h2client"),
     ("host",),
     ("datastore", "cache"),
     ("observe",),
