@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import trio
 
-from .stall import StallCheck, Verdict, WatchStalled
+from .stall import StallCheck, WatchStalled
 
 Probe = Callable[[], Awaitable[bool | None]]
 
@@ -26,15 +26,25 @@ def delivering(check: StallCheck) -> Iterator[None]:
 
 
 async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchStalled:
-    """Probe whenever the stream has been silent for ``check.interval`` (and no more often
-    than that); return once :meth:`StallCheck.probed` calls the stream stalled.
+    """Probe once the stream has been silent for ``check.interval`` (and no more often
+    than that); return once a probe has seen a change the stream then fails to deliver
+    within ``check.grace``.
 
     ``probe()`` answers whether the datastore has a change the stream has not delivered
     (True/False, None when it cannot tell); one that takes longer than an interval counts
     as None.  The caller then tears the stream down and resumes it.
     """
+    check.new_stream()
     next_probe = -math.inf
     while True:
+        since = check.suspect_since
+        if since is not None:
+            await trio.sleep_until(since + check.grace)
+            if check.overdue(trio.current_time()):
+                return WatchStalled(stream, check.silent_for(trio.current_time()))
+            if check.suspect:  # busy downstream: judge it once we read it again
+                await trio.sleep(check.grace)
+            continue
         await trio.sleep_until(max(check.last_progress + check.interval, next_probe))
         if not check.due(trio.current_time()):
             if check.paused:  # busy downstream: look again an interval later
@@ -45,5 +55,4 @@ async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchSt
             missed = await probe()
         now = trio.current_time()
         next_probe = now + check.interval
-        if check.probed(missed, now) is Verdict.STALLED:
-            return WatchStalled(stream, check.silent_for(now))
+        check.probed(missed, now)

@@ -8,17 +8,20 @@ own, in two layers:
 * TCP keepalive with short timers and ``TCP_USER_TIMEOUT`` on the watch's socket
   (:func:`.http_edge.keepalive_socket_options`): the probes' ACKs travel the very path the missing data
   would, so a path that drops inbound packets kills the connection within the deadline.
-* A cross-check on another connection (:class:`StallCheck`): while the stream has been
-  silent for ``interval``, the watcher asks the datastore whether anything in the watched
-  range changed after the last revision the stream delivered (a short watch from that
-  revision, on a connection of its own).  "Nothing" counts as progress, as a progress
-  notification or a bookmark would; "something" twice in a row, with the stream still
-  silent, means the stream is stalled: the watcher tears it down and resumes from its last
-  revision.  This catches what TCP cannot: a peer (or proxy) that keeps the connection open
-  and ACKs but forwards nothing.
+* A cross-check on another connection (:class:`StallCheck`): once the stream has been
+  silent for ``interval`` (a little under the deadline), the watcher asks the datastore
+  whether anything in the watched range changed after the last revision the stream
+  delivered (a short watch from that revision, on a connection of its own).  "Nothing"
+  counts as progress, as a progress notification or a bookmark would; "something" makes the
+  stream suspect, and if it still has not delivered a ``grace`` later (the probe window:
+  the datastore sends a change to every watcher at once) it is stalled: the watcher tears
+  it down and resumes from its last revision.  This catches what TCP cannot: a peer (or
+  proxy) that keeps the connection open and ACKs but forwards nothing.
 
-With ``interval = deadline / 3``, a change made while the stream is stalled is noticed at the
-second probe after it, i.e. within about two thirds of the deadline plus two probe windows.
+A stream is probed at most once per ``interval``, and never while it delivers events or
+bookmarks.  With ``interval = deadline - 2 * grace``, a change made while the stream is
+stalled is noticed at the first probe after it: within ``interval`` plus the probe's round
+trip plus ``grace``, under the deadline.
 
 :class:`WatchBoard` keeps the age of every watch's last event or progress for the
 ``typha_watch_progress_age_seconds`` metric and the readiness detail.
@@ -54,7 +57,6 @@ def probe_window(deadline: float) -> float:
 class Verdict(enum.Enum):
     FRESH = "fresh"  # the stream has delivered everything (or a probe confirmed it)
     SUSPECT = "suspect"  # a probe saw a change the stream has not delivered yet
-    STALLED = "stalled"  # it still has not, one interval later: tear the stream down
 
 
 class WatchStalled(Exception):
@@ -71,17 +73,22 @@ class StallCheck:
     """The cross-check's decisions for one watch stream (pure; times from the caller).
 
     The watcher calls :meth:`progressed` whenever the stream delivers anything (an event, a
-    progress notification or bookmark, the acknowledgement of a new watch); every
-    ``interval`` it asks :meth:`due` whether to probe, and reports each probe's answer to
-    :meth:`probed`: True (the datastore has a change after the stream's last revision),
-    False (it has none) or None (the probe could not tell: it failed or timed out).
+    progress notification or bookmark, the acknowledgement of a new watch); after
+    ``interval`` of silence it asks :meth:`due` whether to probe, and reports each probe's
+    answer to :meth:`probed`: True (the datastore has a change after the stream's last
+    revision), False (it has none) or None (the probe could not tell: it failed or timed
+    out).  A True makes the stream suspect; :meth:`overdue` says when the ``grace`` for
+    delivering the change has passed without progress.
     """
 
     def __init__(self, deadline: float, now: float) -> None:
         if deadline <= 0:
             raise ValueError(f"watch stall deadline must be > 0, got {deadline}")
         self.deadline = deadline
-        self.interval = deadline / 3
+        #: how long a suspect stream has to deliver the change its probe saw
+        self.grace = probe_window(deadline)
+        #: the silence before a probe, and the least time between two probes
+        self.interval = deadline - 2 * self.grace
         #: when the stream was last known current (see :meth:`silent_for`)
         self.last_progress = now
         #: no stream runs, and rightly so (the kind is not served): nothing can go stale
@@ -94,6 +101,11 @@ class StallCheck:
     def progressed(self, now: float) -> None:
         self.last_progress = now
         self.dormant = False
+        self._suspect_since = None
+
+    def new_stream(self) -> None:
+        """A new stream replaces the old one: what a probe suspected of the old one is
+        not held against it (its silence still counts from the last progress)."""
         self._suspect_since = None
 
     def due(self, now: float) -> bool:
@@ -112,12 +124,21 @@ class StallCheck:
             return Verdict.FRESH
         if self._suspect_since is None:
             self._suspect_since = now
-            return Verdict.SUSPECT
-        return Verdict.STALLED
+        return Verdict.SUSPECT
+
+    def overdue(self, now: float) -> bool:
+        """Whether a suspect stream has had its ``grace`` and delivered nothing meanwhile
+        (a stream we were not reading is not judged)."""
+        since = self._suspect_since
+        return since is not None and not self.paused and now >= since + self.grace
 
     @property
     def suspect(self) -> bool:
         return self._suspect_since is not None
+
+    @property
+    def suspect_since(self) -> float | None:
+        return self._suspect_since
 
     def silent_for(self, now: float) -> float:
         """Seconds since the stream was last known current: the one "silent for" that the
