@@ -1,8 +1,9 @@
 """The benchmark's clusters on a real etcd: Calico v3 resources as calicoctl stores them.
 
 ``--datastore etcdv3`` starts an etcd (``tests/etcd_server.py``), writes the cluster's
-Nodes, Profiles, NetworkPolicies and WorkloadEndpoints (the shapes and counts of the memory
-datastore's synthetic cluster: one WorkloadEndpoint per pod), and churns from a separate
+Nodes, Profiles, NetworkPolicies and WorkloadEndpoints (the test bed's
+``etcd_cluster_objects``: the shapes and counts of the memory datastore's synthetic cluster,
+one WorkloadEndpoint per pod), and churns from a separate
 process (``python bench/etcd_cluster.py churn``) so the datastore's writes happen at their
 rate whatever the server does: relabelling random WorkloadEndpoints with ``churn-ts`` (wall
 clock ns at the write), which the clients read back from the endpoint's labels.
@@ -16,55 +17,20 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from testbed.cluster import v3, wep_name  # noqa: E402
+from testbed.cluster import etcd_cluster_objects, etcd_endpoint  # noqa: E402
 
 CHURN_LABEL = "churn-ts"
-
-
-def endpoint(i: int, size: Any) -> dict[str, Any]:
-    node = f"node-{i % size.nodes}"
-    ns = f"ns-{i % size.namespaces}"
-    pod = f"pod-{i}"
-    return v3("WorkloadEndpoint", wep_name(node, pod), {
-        "orchestrator": "k8s", "node": node, "workload": "", "pod": pod, "endpoint": "eth0",
-        "interfaceName": f"cali{i:011x}",
-        "ipNetworks": [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}/32"],
-        "profiles": [f"kns.{ns}"]}, namespace=ns, labels={
-        "app": f"app-{i % 8}", "projectcalico.org/namespace": ns,
-        "projectcalico.org/orchestrator": "k8s"})
-
-
-def objects(cluster: str) -> Iterator[dict[str, Any]]:
-    from trio_typha.datastore.synthetic import SIZES
-    size = SIZES[cluster]
-    for n in range(size.nodes):
-        yield v3("Node", f"node-{n}", {
-            "bgp": {"ipv4Address": f"192.168.{n >> 8}.{n & 255}/16"},
-            "orchRefs": [{"nodeName": f"node-{n}", "orchestrator": "k8s"}]})
-    for n in range(size.namespaces):
-        yield v3("Profile", f"kns.ns-{n}", {
-            "ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
-            "labelsToApply": {"pcns.projectcalico.org/name": f"ns-{n}"}})
-    for n in range(size.policies):
-        yield v3("NetworkPolicy", f"np-{n}", {
-            "tier": "default", "order": 100 + n, "selector": f"app == 'app-{n % 8}'",
-            "types": ["Ingress"], "ingress": [{"action": "Allow", "protocol": "TCP",
-                                               "destination": {"ports": [1000 + n % 60000]}}]},
-            namespace=f"ns-{n % size.namespaces}")
-    for i in range(size.pods):
-        yield endpoint(i, size)
 
 
 async def load(client: Any, cluster: str, concurrency: int = 32) -> int:
     """Write the cluster into etcd (``tests.etcd_server.EtcdClient``); returns the count."""
     import trio
-    objs = list(objects(cluster))
+    objs = list(etcd_cluster_objects(cluster))
     it = iter(objs)
 
     async def worker() -> None:
@@ -91,7 +57,7 @@ def churn(url: str, cluster: str, rate: float, seconds: float) -> int:
     with httpx.Client(base_url=url, trust_env=False, timeout=10.0) as http:
         start = deadline = time.monotonic()
         while time.monotonic() - start < seconds:
-            obj = endpoint(rng.randrange(size.pods), size)
+            obj = etcd_endpoint(rng.randrange(size.pods), size)
             obj["metadata"]["labels"][CHURN_LABEL] = str(time.time_ns())
             value = json.dumps(obj, separators=(",", ":")).encode()
             http.post(gw.PUT_PATH, json=gw.put_request(object_key(obj).encode(), value))

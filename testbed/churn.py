@@ -33,6 +33,8 @@ from typing import Any
 import kubernetes
 import urllib3
 
+from .cluster import k8s_pod
+
 __all__ = ["Churn", "ChurnConfig", "Mix", "Write", "api_client", "main", "run_in_trio"]
 
 LABEL = "trio-typha.churn"
@@ -312,9 +314,9 @@ class Churn:
         return {"metadata": {"name": name, "labels": {LABEL: self.config.prefix}}}
 
     def _pod_body(self, name: str) -> dict[str, Any]:
-        return {"metadata": {"name": name, "labels": {LABEL: self.config.prefix, "app": name}},
-                "spec": {"containers": [{"name": "pause", "image": PAUSE_IMAGE}],
-                         "terminationGracePeriodSeconds": 0}}
+        return k8s_pod(name, "", labels={LABEL: self.config.prefix, "app": name},
+                       containers=[{"name": "pause", "image": PAUSE_IMAGE}],
+                       terminationGracePeriodSeconds=0)
 
     def _policy_body(self, name: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "labels": {LABEL: self.config.prefix}},

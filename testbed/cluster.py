@@ -8,6 +8,10 @@ EndpointSlice the way the manifests and the EndpointSlice controller would (one 
 ``calico-typha``, label ``kubernetes.io/service-name``, one endpoint per replica with its node
 and readiness), so agents discover the replicas exactly as calico-node would.
 
+``etcd_cluster_objects`` is the same cluster's shapes and counts as calicoctl stores them in
+etcd (Calico v3 resources only), and ``etcd_endpoint`` one of its WorkloadEndpoints (what the
+etcd benchmark's churn rewrites).
+
 The resource builders (``v3``, ``wep_name``, ``k8s_node``, ``k8s_pod``,
 ``k8s_network_policy``) are what the tests, the benchmarks and the chaos suite write Calico v3
 resources, Nodes, Pods and NetworkPolicies with.
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trio_typha.client.discovery import SERVICE_NAME_LABEL, TYPHA_PORT_NAME
+from trio_typha.datastore.synthetic import SIZES, ClusterSize
 from trio_typha.model import kinds as K
 
 TYPHA_SERVICE = "calico-typha"
@@ -67,8 +72,11 @@ def k8s_node(name: str, ip: str | None = None, *, pod_cidr: str | None = None
 
 def k8s_pod(name: str, namespace: str = "default", *, labels: dict[str, str] | None = None,
             node: str | None = None, **spec: Any) -> dict[str, Any]:
-    """A Kubernetes Pod with one container; ``spec`` adds to (or replaces) its spec."""
-    md: dict[str, Any] = {"name": name, "namespace": namespace}
+    """A Kubernetes Pod with one container; ``spec`` adds to (or replaces) its spec.
+    ``namespace=""`` leaves the namespace to the request that creates it."""
+    md: dict[str, Any] = {"name": name}
+    if namespace:
+        md["namespace"] = namespace
     if labels is not None:
         md["labels"] = dict(labels)
     body: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
@@ -127,6 +135,42 @@ def in_calico_group(obj: Mapping[str, Any], group: str
             spec.setdefault("strictAffinity", False)
         out["spec"] = spec
     return kind, out
+
+
+def etcd_endpoint(i: int, size: ClusterSize) -> dict[str, Any]:
+    """Pod ``i``'s WorkloadEndpoint in :func:`etcd_cluster_objects`' cluster."""
+    node = f"node-{i % size.nodes}"
+    ns = f"ns-{i % size.namespaces}"
+    pod = f"pod-{i}"
+    return v3("WorkloadEndpoint", wep_name(node, pod), {
+        "orchestrator": "k8s", "node": node, "workload": "", "pod": pod, "endpoint": "eth0",
+        "interfaceName": f"cali{i:011x}",
+        "ipNetworks": [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}/32"],
+        "profiles": [f"kns.{ns}"]}, namespace=ns, labels={
+        "app": f"app-{i % 8}", "projectcalico.org/namespace": ns,
+        "projectcalico.org/orchestrator": "k8s"})
+
+
+def etcd_cluster_objects(size_name: str) -> Iterator[dict[str, Any]]:
+    """The synthetic cluster ``size_name`` as Calico v3 resources in etcd: a Node per node,
+    a Profile per namespace, a NetworkPolicy per policy, a WorkloadEndpoint per pod."""
+    size = SIZES[size_name]
+    for n in range(size.nodes):
+        yield v3("Node", f"node-{n}", {
+            "bgp": {"ipv4Address": f"192.168.{n >> 8}.{n & 255}/16"},
+            "orchRefs": [{"nodeName": f"node-{n}", "orchestrator": "k8s"}]})
+    for n in range(size.namespaces):
+        yield v3("Profile", f"kns.ns-{n}", {
+            "ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
+            "labelsToApply": {"pcns.projectcalico.org/name": f"ns-{n}"}})
+    for n in range(size.policies):
+        yield v3("NetworkPolicy", f"np-{n}", {
+            "tier": "default", "order": 100 + n, "selector": f"app == 'app-{n % 8}'",
+            "types": ["Ingress"], "ingress": [{"action": "Allow", "protocol": "TCP",
+                                               "destination": {"ports": [1000 + n % 60000]}}]},
+            namespace=f"ns-{n % size.namespaces}")
+    for i in range(size.pods):
+        yield etcd_endpoint(i, size)
 
 
 def load_cluster(store: Any, size: str, group: str = K.CALICO_CRD_GROUP) -> int:

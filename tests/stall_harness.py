@@ -13,6 +13,7 @@ import httpx
 import pytest
 import trio
 
+from testbed.cluster import v3
 from tests.e2e.harness import HANG, daemon_config
 from tests.grpcio_sync import GrpcioSync, grpcio_sync
 from trio_typha.daemon import Daemon
@@ -23,8 +24,7 @@ PROFILE_KEY = "/calico/v1/policy/profile/kns.{}/rules"
 
 
 def gnp(name: str) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": {"name": name}, "spec": {"order": 1, "selector": "all()"}}
+    return v3("GlobalNetworkPolicy", name, {"order": 1, "selector": "all()"})
 
 
 def is_watch(target: bytes) -> bool:

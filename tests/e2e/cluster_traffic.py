@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes
 import trio
 
+from testbed.cluster import k8s_pod
 from tests.e2e.cluster import PATIENCE, RealCluster
 
 NS = "trio-typha-e2e-traffic"
@@ -15,9 +16,8 @@ AGNHOST = "registry.k8s.io/e2e-test-images/agnhost:2.53"
 
 
 def _pod(name: str, args: list[str], app: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"app": app}},
-            "spec": {"terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "agnhost", "image": AGNHOST, "args": args}]}}
+    return k8s_pod(name, NS, labels={"app": app}, terminationGracePeriodSeconds=0,
+                   containers=[{"name": "agnhost", "image": AGNHOST, "args": args}])
 
 
 DENY_ALL = {"metadata": {"name": "deny-all"},

@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from testbed.apiserver import ApiServer, open_apiserver
-from testbed.cluster import k8s_network_policy, k8s_node
+from testbed.cluster import in_calico_group, k8s_network_policy, k8s_node, k8s_pod, v3
 from tests.e2e.harness import (
     HANG,
     converge,
@@ -84,8 +84,7 @@ class Kube:
         return await trio.to_thread.run_sync(call)
 
     def calico(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        return {"apiVersion": f"{self.group}/{self.version}", "kind": kind,
-                "metadata": {"name": name}, "spec": spec}
+        return in_calico_group(v3(kind, name, spec), self.group)[1]
 
     async def create_calico(self, plural: str, obj: dict[str, Any]) -> float:
         return await self(self.custom.create_cluster_custom_object, self.group, self.version,
@@ -110,10 +109,8 @@ class Kube:
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": NS, "labels": labels},
-            "spec": {"nodeName": NODE,
-                     "containers": [{"name": "main", "image": "nginx",
-                                     "ports": [{"name": "http", "containerPort": 8080}]}]}}
+    return k8s_pod(name, NS, labels=labels, node=NODE, containers=[
+        {"name": "main", "image": "nginx", "ports": [{"name": "http", "containerPort": 8080}]}])
 
 
 NODE_OBJ = k8s_node(NODE, "10.0.0.11")

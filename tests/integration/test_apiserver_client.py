@@ -20,6 +20,7 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from testbed.apiserver import ApiServer, open_apiserver
+from testbed.cluster import k8s_pod
 from trio_typha.model.kinds import POD
 
 T = TypeVar("T")
@@ -51,9 +52,7 @@ async def api_client(server: ApiServer, tmp_path: Path) -> AsyncIterator[client.
 
 
 def pod_body(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+    return k8s_pod(name, "", labels=labels)
 
 
 async def test_namespace_and_pod_lifecycle(api_client: client.ApiClient,

@@ -19,6 +19,7 @@ import httpx
 import pytest
 import trio
 
+from testbed.cluster import v3
 from tests.etcd_server import free_port, run_etcd
 from tests.internal_errors import internal_errors
 from trio_typha.client.typha import TyphaClient, TyphaDisconnected
@@ -42,8 +43,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def gnp(name: str, order: int) -> dict[str, object]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": {"name": name}, "spec": {"order": order, "selector": "all()"}}
+    return v3("GlobalNetworkPolicy", name, {"order": order, "selector": "all()"})
 
 
 async def test_a_conversion_bug_exits_the_daemon_and_withdraws_nothing(tmp_path: Path) -> None:

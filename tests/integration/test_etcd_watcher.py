@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from testbed.cluster import v3
 from tests.etcd_server import EtcdClient, free_port, run_etcd
 from tests.fault_proxy import FaultProxy
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
@@ -33,18 +34,15 @@ WAIT = 20  # hang protection only
 
 
 def gnp(name: str, order: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": {"name": name}, "spec": {"order": order, "selector": "all()"}}
+    return v3("GlobalNetworkPolicy", name, {"order": order, "selector": "all()"})
 
 
 def np(ns: str, name: str, order: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": ns}, "spec": {"order": order}}
+    return v3("NetworkPolicy", name, {"order": order}, namespace=ns)
 
 
 def gns(name: str) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
-            "metadata": {"name": name}, "spec": {"nets": ["10.0.0.0/8"]}}
+    return v3("GlobalNetworkSet", name, {"nets": ["10.0.0.0/8"]})
 
 
 class Recorder:

@@ -23,6 +23,7 @@ import trio
 
 from testbed.apiserver import ApiServer, Request, open_apiserver
 from testbed.apiserver.api import WatchPlan
+from testbed.cluster import k8s_pod
 from trio_typha.datastore.base import Connection, DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import KubeClientConfig
@@ -84,8 +85,7 @@ async def watching(server: ApiServer) -> AsyncIterator[trio.MemoryReceiveChannel
 
 
 def pod(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+    return k8s_pod(name)
 
 
 async def take_until(recv: trio.MemoryReceiveChannel[DatastoreEvent],

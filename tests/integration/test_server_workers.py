@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import trio
 
+from testbed.cluster import v3
 from trio_typha.cache.core import Breadcrumb
 from trio_typha.client.grpc import apply_event, sync
 from trio_typha.client.typha import TyphaClient
@@ -40,11 +41,9 @@ def config(workers: int) -> Any:
 
 
 def policy(i: int, port: int) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": {"name": f"w-{i}"},
-            "spec": {"order": 10, "selector": "all()", "types": ["Ingress"],
-                     "ingress": [{"action": "Allow", "protocol": "TCP",
-                                  "destination": {"ports": [port]}}]}}
+    return v3("GlobalNetworkPolicy", f"w-{i}", {
+        "order": 10, "selector": "all()", "types": ["Ingress"],
+        "ingress": [{"action": "Allow", "protocol": "TCP", "destination": {"ports": [port]}}]})
 
 
 async def poll(predicate: Any) -> None:

@@ -7,15 +7,14 @@ import datetime
 
 import trio
 
+from testbed.cluster import k8s_pod
 from trio_typha.datastore.events import KindSynced, ResourceEvent
 from trio_typha.datastore.memory import MemoryDatastore, MemoryStore
 from trio_typha.model import kinds as K
 
 
 def pod(name: str, **extra: object) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ns", "labels": {"a": "1"}},
-            "spec": {"nodeName": "n1", **extra}}
+    return k8s_pod(name, "ns", labels={"a": "1"}, node="n1", **extra)
 
 
 def test_reads_are_copies_and_values_come_back_exactly() -> None:
