@@ -12,8 +12,12 @@ One command starts, as separate processes,
 then NetworkPolicy and pod churn through the official ``kubernetes`` client
 (:mod:`testbed.churn`; the pods relabelled are the synthetic cluster's own, scheduled ones),
 optionally a replica killed mid-run (its EndpointSlice entry goes unready, as the
-EndpointSlice controller would mark it), a dashboard page fed by every replica's ``/feed``
-WebSocket and by the demo's own ``/fleet`` one, and a progress line in the terminal.
+EndpointSlice controller would mark it) and started again later, a dashboard page fed by
+every replica's ``/feed`` WebSocket and by the demo's own ``/fleet`` one, and a progress line
+in the terminal.  The demo keeps the run's history (one point a second: the fleet's numbers
+and each replica's from its feed and /proc, plus the kills and restarts), serves it as
+``/history.json`` and streams each new point on ``/fleet``, so a page opened late draws the
+whole run; ``--linger`` keeps the page up with the verdict on it.
 
 At the end (or on Ctrl-C) churn stops, the demo waits for quiescence and compares every
 agent's state with the state the invariant checker (:mod:`testbed.invariant`) derives from
@@ -87,7 +91,10 @@ class DemoReplica(ReplicaProcess):
     """A replica as the demo watches it: resource usage and its /feed."""
 
     killed_at: float | None = None
+    restarts: int = 0
     usage: tuple[float, float, float] = (0.0, 0.0, 0.0)  # last seen (cpu s, rss, peak rss)
+    cpu_percent: float = 0.0  # CPU use between the last two samples (100: one core)
+    _sampled: tuple[float, float] | None = None  # (trio time, cpu s) of the last sample
     feed: dict[str, Any] = field(default_factory=dict)  # latest /feed sample
     lag_p99_max_ms: float = 0.0  # the worst client lag p99 its feed reported
 
@@ -98,12 +105,23 @@ class DemoReplica(ReplicaProcess):
     def sample_usage(self) -> None:
         if self.proc is not None and self.alive:
             self.usage = _proc_usage(self.proc.pid)
+            now = trio.current_time()
+            if self._sampled is not None and now > self._sampled[0]:
+                used = max(self.usage[0] - self._sampled[1], 0.0)
+                self.cpu_percent = round(100 * used / (now - self._sampled[0]), 1)
+            self._sampled = (now, self.usage[0])
+
+    async def start(self, kubeconfig: str) -> None:
+        self._sampled = None  # a new process: its CPU counts from zero
+        self.cpu_percent = 0.0
+        await super().start(kubeconfig)
 
     def kill(self) -> None:
         if self.proc is not None and self.alive:
             self.sample_usage()
             self.killed_at = trio.current_time()
         super().kill()
+        self.cpu_percent = 0.0
 
 
 async def _follow_feed(replica: DemoReplica, *,
@@ -196,7 +214,9 @@ class Demo:
         self.stop = trio.Event()
         self._abandon = trio.CancelScope()
         self.verdict: dict[str, Any] | None = None
-        self.history: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []  # one point a second (see _history_point)
+        self.events: list[dict[str, Any]] = []  # kills and restarts, in order
+        self.kubeconfig = ""
         self.dashboard_url = ""
         self._tty = err.isatty()
 
@@ -267,11 +287,38 @@ class Demo:
             "writes": self._writes(), "propagation_p50_ms": lag["p50_ms"],
             "propagation_p99_ms": lag["p99_ms"],
             "replicas": [{"name": r.name, "address": r.address, "feed": r.feed_url,
-                          "alive": r.alive, "agents": self._agents_on(r) if s else 0}
+                          "alive": r.alive, "agents": self._agents_on(r) if s else 0,
+                          "reconnects": s.reconnects_by_address.get(r.address, 0) if s else 0,
+                          "restarts": r.restarts, "cpu_percent": r.cpu_percent,
+                          "rss_mib": r.usage[1] if r.alive else 0.0,
+                          "watches": r.feed.get("watches")}
                          for r in self.replicas],
+            "events": self.events,
+            "point": self.history[-1] if self.history else None,
             "verdict": self.verdict,
         }
         return sample
+
+    def _event(self, kind: str, replica: DemoReplica) -> dict[str, Any]:
+        """A kill or a restart (when the process was killed or started), as the page marks
+        it on every plot."""
+        event = {"kind": kind, "replica": replica.name,
+                 "elapsed": round(trio.current_time() - self.started, 1)}
+        self.events.append(event)
+        return event
+
+    def _history_point(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """One second of the run as the page plots it (``i`` numbers the points)."""
+        point = {k: sample[k] for k in ("elapsed", "agents", "in_sync", "writes",
+                                        "propagation_p50_ms", "propagation_p99_ms")}
+        point["i"] = len(self.history)
+        point["replicas"] = {
+            r.name: {"connections": r.feed.get("connections", 0) if r.alive else 0,
+                     "updates_per_s": round(sum(r.feed.get("updates_per_s", {}).values()), 1)
+                     if r.alive else 0.0,
+                     "cpu_percent": r.cpu_percent, "rss_mib": r.usage[1] if r.alive else 0.0}
+            for r in self.replicas}
+        return point
 
     async def _dashboard(self, path: str) -> tuple[int, str, bytes] | None:
         files = {"/": ("index.html", "text/html; charset=utf-8"),
@@ -280,7 +327,8 @@ class Demo:
         if path == "/fleet.json":
             return 200, "application/json", json.dumps(self.fleet_sample()).encode()
         if path == "/history.json":
-            return 200, "application/json", json.dumps(self.history).encode()
+            return 200, "application/json", json.dumps(
+                {"points": self.history, "events": self.events}).encode()
         found = files.get(path)
         if found is None:
             return None
@@ -310,6 +358,7 @@ class Demo:
             stack.callback(nursery.cancel_scope.cancel)
             await nursery.start(self._signals)
             kubeconfig = await stack.enter_async_context(self._apiserver())
+            self.kubeconfig = kubeconfig
             self.cluster = Cluster(kubeconfig)
             stack.callback(self.cluster.close)
             await stack.enter_async_context(self._replicas(kubeconfig))
@@ -345,6 +394,10 @@ class Demo:
             self.verdict = await self._verdict()
             self.phase = "done"
             await trio.sleep(1.2)  # one more feed message carries the verdict to the page
+            if opts.linger > 0 and not self.stop.is_set():
+                self.say(f"== verdict on the dashboard {self.dashboard_url} for "
+                         f"{opts.linger:g} s (Ctrl-C to end now)")
+                await self._until_stopped(partial(trio.sleep, opts.linger))
         return self.verdict
 
     async def _until_stopped(self, fn: Callable[[], Awaitable[T]]) -> T | None:
@@ -397,6 +450,7 @@ class Demo:
         self.say(f"== killing {victim.name} ({victim.address}, {had} agents) with SIGKILL")
         victim.kill()
         self.kills += 1
+        self._event("kill", victim)
         assert self.cluster is not None
         await trio.to_thread.run_sync(self.cluster.publish, self.replicas)
         t0 = trio.current_time()
@@ -407,6 +461,24 @@ class Demo:
             self.kills_survived += 1
             self.say(f"== all agents in sync again {trio.current_time() - t0:.1f} s after "
                      f"the kill, none left on {victim.name}")
+        if self.opts.restart_replica_after is not None:
+            await trio.sleep_until(t0 + self.opts.restart_replica_after)
+            await self._restart(victim)
+
+    async def _restart(self, replica: DemoReplica) -> None:
+        """Start a killed replica again at its address, as its pod's replacement would be;
+        its endpoint is ready again once its /readiness answers."""
+        t0 = trio.current_time()
+        await replica.start(self.kubeconfig)
+        replica.restarts += 1
+        event = self._event("restart", replica)
+        with trio.fail_after(HANG):
+            await replica.wait_ready()
+        event["ready_after_s"] = round(trio.current_time() - t0, 1)
+        assert self.cluster is not None
+        await trio.to_thread.run_sync(self.cluster.publish, self.replicas)
+        self.say(f"== {replica.name} ({replica.address}) restarted, ready after "
+                 f"{event['ready_after_s']} s")
 
     async def _verdict(self) -> dict[str, Any]:
         """Quiescence, then every agent against the invariant checker's expected state."""
@@ -447,9 +519,12 @@ class Demo:
             "propagation_by_protocol": {p: percentiles_ms(d) for p, d in
                                         sorted(self.delays_by_protocol.items())},
             "replica_kills": self.kills, "replica_kills_survived": self.kills_survived,
+            "replica_restarts": sum(r.restarts for r in self.replicas),
             "reconnects": s.connections - opts.agents, "connect_failures": s.failures,
             "replicas": [{"name": r.name, "address": r.address, "node": r.node,
-                          "alive": r.alive, "connections": self._agents_on(r),
+                          "alive": r.alive, "restarts": r.restarts,
+                          "connections": self._agents_on(r),
+                          "reconnects": s.reconnects_by_address.get(r.address, 0),
                           "server_connections": r.feed.get("connections"),
                           "client_lag_p99_max_ms": r.lag_p99_max_ms,
                           "cpu_s": r.usage[0], "rss_mib": r.usage[1],
@@ -482,9 +557,7 @@ class Demo:
             sample = self.fleet_sample()
             if self.phase == "done":
                 continue  # the pieces are shutting down
-            self.history.append({k: sample[k] for k in ("elapsed", "in_sync", "writes",
-                                                        "propagation_p50_ms",
-                                                        "propagation_p99_ms")})
+            self.history.append(self._history_point(sample))
             self.progress()
 
     async def _signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

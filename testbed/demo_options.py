@@ -18,6 +18,8 @@ class Options:
     churn_rate: float = 10.0
     duration: float = 30.0
     kill_replica_at: float | None = None
+    restart_replica_after: float | None = None
+    linger: float = 0.0
     processes: int = 2
     startup_delay_max: float = 2.0
     reconnect_delay_max: float = 3.0
@@ -45,6 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of churn (default 30)")
     p.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
                    help="SIGKILL one replica this many seconds into the churn")
+    p.add_argument("--restart-replica-after", type=float, metavar="SECONDS",
+                   help="start the killed replica again this many seconds after the kill")
+    p.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
+                   help="keep the dashboard up this long after the verdict (default 0)")
     p.add_argument("--processes", type=int, default=2, help="fleet worker processes")
     p.add_argument("--startup-delay-max", type=float, default=2.0, metavar="SECONDS",
                    help="each agent waits a random 0..SECONDS before its first connection")
@@ -65,11 +71,14 @@ def options(args: argparse.Namespace) -> Options:
                          f"{', '.join(SYNCER_TYPES)}")
     if args.agents < 1 or args.processes < 1:
         raise ValueError("--agents and --processes must be at least 1")
+    if args.restart_replica_after is not None and args.kill_replica_at is None:
+        raise ValueError("--restart-replica-after needs --kill-replica-at")
     if not 0 <= args.grpc_share <= 1:
         raise ValueError(f"--grpc-share must be between 0 and 1, got {args.grpc_share}")
     return Options(size=args.size, agents=args.agents, grpc_share=args.grpc_share,
                    syncers=syncers, churn_rate=args.churn_rate, duration=args.duration,
                    kill_replica_at=args.kill_replica_at,
+                   restart_replica_after=args.restart_replica_after, linger=args.linger,
                    processes=min(args.processes, args.agents),
                    startup_delay_max=args.startup_delay_max,
                    reconnect_delay_max=args.reconnect_delay_max,

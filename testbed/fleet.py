@@ -187,6 +187,8 @@ class Agent:
         self.first_in_sync: float | None = None  # seconds after start
         self.updates = 0
         self.connects: list[float] = []  # trio time of each established connection
+        #: the address of each connection established after an earlier one was lost
+        self.reconnected_to: list[str] = []
         self.failures = 0
         self.drops: list[float] = []  # trio time each established connection was lost
         self.last_error = ""
@@ -228,6 +230,8 @@ class Agent:
 
     def _established(self, address: TyphaAddress) -> None:
         self.address = address
+        if self.connects:
+            self.reconnected_to.append(address.addr)
         self.connects.append(trio.current_time())
         self.connector.connected()
         self._on_change()
@@ -424,6 +428,8 @@ class AgentGroup:
             "by_syncer": dict(by_syncer),
             "updates": sum(a.updates for a in self.agents),
             "connections": sum(len(a.connects) for a in self.agents),
+            "reconnects_by_address": dict(Counter(
+                addr for a in self.agents for addr in a.reconnected_to)),
             "failures": sum(a.failures for a in self.agents),
             "first_in_sync": [a.first_in_sync for a in self.agents
                               if a.first_in_sync is not None],
@@ -539,6 +545,8 @@ class FleetStats:
     connections: int = 0
     failures: int = 0
     by_address: dict[str, int] = field(default_factory=dict)
+    #: connections agents made to each address after losing an earlier one
+    reconnects_by_address: dict[str, int] = field(default_factory=dict)
     by_protocol: dict[str, int] = field(default_factory=dict)
     by_syncer: dict[str, int] = field(default_factory=dict)
     first_in_sync: list[float] = field(default_factory=list)
@@ -570,7 +578,7 @@ class Fleet:
             for name in ("agents", "in_sync", "connected", "updates", "connections",
                          "failures"):
                 setattr(s, name, getattr(s, name) + rep[name])
-            for name in ("by_address", "by_protocol", "by_syncer"):
+            for name in ("by_address", "reconnects_by_address", "by_protocol", "by_syncer"):
                 merged = getattr(s, name)
                 for k, v in rep[name].items():
                     merged[k] = merged.get(k, 0) + v

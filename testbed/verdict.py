@@ -32,12 +32,14 @@ def render(v: dict[str, Any]) -> str:
         f"for {v['churn_s']} s",
         f"   propagation   p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms, max {p['max_ms']} ms "
         f"({p['n']} receipts)",
-        f"   replica kills {v['replica_kills']}, survived {v['replica_kills_survived']}",
+        f"   replica kills {v['replica_kills']}, survived {v['replica_kills_survived']}, "
+        f"restarts {v['replica_restarts']}",
     ]
     for r in v["replicas"]:
         state = "alive" if r["alive"] else "killed"
         lines.append(f"   {r['name']:<10} {r['address']:<18} {state:<7} "
-                     f"connections {r['connections']:<5} cpu {r['cpu_s']} s  "
+                     f"connections {r['connections']:<5} reconnects {r['reconnects']:<5} "
+                     f"cpu {r['cpu_s']} s  "
                      f"rss {r['rss_mib']} MiB (peak {r['peak_rss_mib']})")
     for m in v["mismatched"][:10]:
         lines.append(f"   ! {m}")

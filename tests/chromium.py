@@ -62,9 +62,14 @@ class Page:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
-    async def screenshot(self) -> bytes:
-        return base64.b64decode((await self.call("Page.captureScreenshot",
-                                                 format="png"))["data"])
+    async def screenshot(self, *, full_page: bool = False) -> bytes:
+        """The viewport as PNG; ``full_page``: the whole page, below the fold too."""
+        params: dict[str, Any] = {"format": "png"}
+        if full_page:
+            size = (await self.call("Page.getLayoutMetrics"))["cssContentSize"]
+            params.update(captureBeyondViewport=True, clip={
+                "x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+        return base64.b64decode((await self.call("Page.captureScreenshot", **params))["data"])
 
 
 async def _devtools_port(path: trio.Path) -> int:

@@ -347,7 +347,8 @@ class ServingProcess(ABC, Generic[P]):
         """``/feed`` on the health port: this replica's numbers once a second."""
         assert self.ctx is not None
         name = f"{self.config.server_host or '0.0.0.0'}:{self.ports.get('server', 0)}"
-        await serve_feed(ws, ReplicaSampler(name, self.connections, self.ctx.feeds))
+        await serve_feed(ws, ReplicaSampler(name, self.connections, self.ctx.feeds,
+                                            self.watch_states))
 
     async def _serve_sync(self, *, task_status: trio.TaskStatus[Any]) -> None:
         cfg = self.config

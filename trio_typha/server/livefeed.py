@@ -6,9 +6,17 @@ JSON object per interval::
     {"type": "replica", "replica": "127.0.0.11:5473", "time": <unix seconds>,
      "connections": 17, "sessions": {"typha-gob": {"felix": 9}, "grpc": {"felix": 8}},
      "seq": {"felix": 812, ...}, "updates_per_s": {"felix": 40.0, ...},
-     "lag_p50_ms": 0.0, "lag_p99_ms": 12.5, "bytes_per_s": 51200.0}
+     "lag_p50_ms": 0.0, "lag_p99_ms": 12.5, "bytes_per_s": 51200.0,
+     "watches": {"count": 9, "stale": [], "max_silent_s": 4.2}}
 
-``lag`` is each streaming session's distance behind the newest breadcrumb of its syncer.
+``lag`` is read at the moment of the sample: for each streaming session, how far (in the
+cache's time) the newest breadcrumb it has been sent trails the newest breadcrumb of its
+syncer's cache, 0 when it has been sent everything.  It covers this replica's fan-out only:
+not the datastore write, the watch and the conversion before the cache, nor the network and
+the agent after the socket write, so a replica whose clients keep up reports 0 while a write
+still takes milliseconds from the API server to an agent.  ``watches`` is the datastore side:
+how many watch streams run, which are stale (silent past their deadline or known to have
+missed changes) and the longest silence (:class:`~trio_typha.datastore.stall.WatchBoard`).
 :class:`ReplicaSampler` computes a sample from the connection registry and the caches
 (synchronous, no I/O); :func:`serve_feed` is the WebSocket side.  The feed only reads: it
 never writes to a client socket or touches the caches, and a slow dashboard only delays its
@@ -20,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -28,6 +36,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from ..cache.core import Breadcrumb
 from ..cache.feed import CacheFeed
+from ..datastore.stall import WatchState
 from ..sessions.connections import ConnectionRegistry, State
 
 log = logging.getLogger(__name__)
@@ -47,10 +56,12 @@ class ReplicaSampler:
     """Turns the registry and caches into the feed's numbers; rates are since the last call."""
 
     def __init__(self, name: str, registry: ConnectionRegistry,
-                 feeds: Mapping[str, CacheFeed]) -> None:
+                 feeds: Mapping[str, CacheFeed],
+                 watches: Callable[[], Iterable[WatchState]] = tuple) -> None:
         self.name = name
         self.registry = registry
         self.feeds = feeds
+        self.watches = watches
         self._crumbs: dict[str, Breadcrumb] = {}
         self._bytes: dict[int, int] = {}
         self._at: float | None = None
@@ -92,7 +103,13 @@ class ReplicaSampler:
                 "updates_per_s": rates,
                 "lag_p50_ms": round(quantile(lags, 0.5) * 1e3, 2),
                 "lag_p99_ms": round(quantile(lags, 0.99) * 1e3, 2),
-                "bytes_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0}
+                "bytes_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+                "watches": self._watches()}
+
+    def _watches(self) -> dict[str, Any]:
+        states = list(self.watches())
+        return {"count": len(states), "stale": [w.name for w in states if w.stale],
+                "max_silent_s": round(max((w.age for w in states), default=0.0), 1)}
 
 
 async def serve_feed(ws: WebSocketConnection, sampler: ReplicaSampler, *,
