@@ -42,6 +42,11 @@ kind_context := "kind-trio-typha"
 # The kube-context `e2e` and `churn` act on: the kind cluster's unless named explicitly,
 # e.g. `just context=my-test-cluster e2e`.
 context := kind_context
+# `just mtls=1 kind-up`: calico-node and trio-typha with mutual TLS, in the same one apply.
+mtls := ""
+kind_overlay := if mtls == "1" { "deploy/overlays/kind-calico-mtls" } else if mtls == "" { "deploy/overlays/kind-calico" } else { error("mtls is 1 or unset, not " + mtls) }
+mtls_certs := "deploy/components/mtls/certs"
+calico_manifest := "deploy/overlays/kind-calico/calico/calico-typha.yaml"
 
 # Docker's image format with either engine: podman's default (OCI) drops the HEALTHCHECK
 # (BUILDAH_FORMAT is podman build's --format; docker ignores it). DOCKER_BUILDKIT: RUN --mount.
@@ -57,33 +62,34 @@ push: _require-registry
 _require-registry:
     @case "{{image_ref}}" in localhost/*) echo "push: {{image_ref}} names no registry: set newName in deploy/base/kustomization.yaml to your registry's repository (docs/deploy.md)" >&2; exit 2;; esac
 
-# Certificates for the mTLS overlay (deploy/overlays/mtls/certs, never committed).
-certs DIR="deploy/overlays/mtls/certs":
+# Certificates for the mTLS overlays (deploy/components/mtls/certs, never committed).
+certs DIR=mtls_certs:
     bash deploy/certs.sh {{DIR}}
 
-# Run after `kubectl apply -k deploy/overlays/mtls`; the calico-node pods restart with it.
+# Run after `kubectl apply -k deploy/overlays/mtls` where Calico's manifest or operator owns
+# calico-node; the calico-node pods restart with it (the kind bed: `just mtls=1 kind-up`).
 # Point calico-node (kube-context `context`) at the mTLS overlay's certificates.
 mtls-calico-node: _require-context
-    kubectl --context {{context}} -n kube-system patch daemonset calico-node --type strategic --patch-file deploy/overlays/mtls/calico-node-tls.yaml
+    kubectl --context {{context}} -n kube-system patch daemonset calico-node --type strategic --patch-file deploy/components/calico-node-mtls/calico-node-tls.yaml
 
-# Every step can be re-run: after a failure, run `just kind-up` again.  kind is told the
-# engine (KIND_EXPERIMENTAL_PROVIDER): its own detection takes a docker CLI without a daemon.
+# Every step can be re-run: after a failure, run `just kind-up` again; what is done already
+# (the cluster, an image the nodes hold, the manifest, the certificates) is not done twice.
+# kind is told the engine (KIND_EXPERIMENTAL_PROVIDER): its own detection takes a docker CLI
+# without a daemon.  `just mtls=1 kind-up`: with mutual TLS (overlays/kind-calico-mtls).
 # kind cluster (1 control plane + 3 workers): Calico v3.32.1 with trio-typha as its Typha.
 kind-up:
     KIND_EXPERIMENTAL_PROVIDER={{engine}} kind get clusters | grep -qxF {{kind_cluster}} || KIND_EXPERIMENTAL_PROVIDER={{engine}} kind create cluster --config kind-config.yaml
     DOCKER_BUILDKIT=1 BUILDAH_FORMAT=docker {{engine}} build -t {{image_ref}} -f Containerfile .
-    mkdir -p .kind
-    {{engine}} save -o .kind/trio-typha.tar {{image_ref}}
-    KIND_EXPERIMENTAL_PROVIDER={{engine}} kind load image-archive .kind/trio-typha.tar --name {{kind_cluster}}
-    curl -fsSL --retry 3 -o deploy/overlays/kind-calico/calico/calico-typha.yaml.part https://raw.githubusercontent.com/projectcalico/calico/{{calico_version}}/manifests/calico-typha.yaml
-    mv deploy/overlays/kind-calico/calico/calico-typha.yaml.part deploy/overlays/kind-calico/calico/calico-typha.yaml
-    kubectl --context {{kind_context}} apply --server-side --force-conflicts -k deploy/overlays/kind-calico
+    bash tools/kind-load.sh {{engine}} {{kind_cluster}} {{image_ref}} .kind/trio-typha.tar
+    test -s {{calico_manifest}} || { curl -fsSL --retry 3 -o {{calico_manifest}}.part https://raw.githubusercontent.com/projectcalico/calico/{{calico_version}}/manifests/calico-typha.yaml && mv {{calico_manifest}}.part {{calico_manifest}}; }
+    test -z "{{mtls}}" || test -s {{mtls_certs}}/ca.crt || bash deploy/certs.sh {{mtls_certs}}
+    kubectl --context {{kind_context}} apply --server-side --force-conflicts -k {{kind_overlay}}
     kubectl --context {{kind_context}} -n kube-system rollout status deployment/calico-typha --timeout=600s
     kubectl --context {{kind_context}} -n kube-system rollout status daemonset/calico-node --timeout=900s
     kubectl --context {{kind_context}} -n kube-system wait --for=condition=Ready pod -l k8s-app=calico-node --timeout=600s
     kubectl --context {{kind_context}} -n kube-system wait --for=condition=Ready pod -l k8s-app=calico-typha --timeout=600s
     kubectl --context {{kind_context}} -n kube-system get pods -o wide -l 'k8s-app in (calico-node,calico-typha)'
-    @echo "kind-up: cluster {{kind_cluster}} (context {{kind_context}}) runs Calico {{calico_version}}; calico-typha is {{image_ref}} with RBAC trio-typha; every calico-node and calico-typha pod is Ready"
+    @echo "kind-up: cluster {{kind_cluster}} (context {{kind_context}}) runs Calico {{calico_version}}; calico-typha is {{image_ref}} with RBAC trio-typha{{ if mtls == "1" { ", mutual TLS with calico-node" } else { "" } }}; every calico-node and calico-typha pod is Ready"
 
 # Makes the .venv first, as tests/run.sh does.  Without a cluster: `just test tests/e2e`.
 # The e2e suite against kube-context `context` (default kind-trio-typha; `just context=NAME e2e`).
@@ -105,4 +111,4 @@ _require-context:
 # Delete the kind cluster, the image archive and the downloaded Calico manifest.
 kind-down:
     KIND_EXPERIMENTAL_PROVIDER={{engine}} kind delete cluster --name {{kind_cluster}}
-    rm -rf .kind deploy/overlays/kind-calico/calico/calico-typha.yaml deploy/overlays/kind-calico/calico/calico-typha.yaml.part
+    rm -rf .kind {{calico_manifest}} {{calico_manifest}}.part

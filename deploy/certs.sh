@@ -2,9 +2,9 @@
 # Makes the certificates of the mTLS overlay with openssl: a CA, Typha's server certificate
 # (CN typha-server, serverAuth) and the client certificate calico-node presents
 # (CN typha-client, clientAuth), the common names Calico's operator uses.  Usage:
-#   bash deploy/certs.sh [DIR]      (default deploy/overlays/mtls/certs; never commit them)
+#   bash deploy/certs.sh [DIR]      (default deploy/components/mtls/certs; never commit them)
 set -euo pipefail
-dir=${1:-deploy/overlays/mtls/certs}
+dir=${1:-deploy/components/mtls/certs}
 days=${CERT_DAYS:-365}
 mkdir -p "$dir"
 cd "$dir"

@@ -44,10 +44,10 @@ def render(directory: Path) -> list[dict[str, Any]]:
 
 
 def with_certs(tmp_path: Path) -> Path:
-    """A copy of deploy/ whose mTLS overlay has certificates, made by deploy/certs.sh."""
+    """A copy of deploy/ whose mTLS component has certificates, made by deploy/certs.sh."""
     copy = tmp_path / "deploy"
     shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("certs", "calico-typha.yaml*"))
-    subprocess.run(["bash", str(copy / "certs.sh"), str(copy / "overlays/mtls/certs")],
+    subprocess.run(["bash", str(copy / "certs.sh"), str(copy / "components/mtls/certs")],
                    check=True, capture_output=True, timeout=60)
     return copy
 

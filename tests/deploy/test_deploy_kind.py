@@ -51,11 +51,9 @@ def test_kind_up_prints_its_commands_in_order() -> None:
     expected = [
         "kind get clusters | grep -qxF trio-typha || ",
         f"DOCKER_BUILDKIT=1 BUILDAH_FORMAT=docker {ENGINE} build -t {ref} -f Containerfile .",
-        f"{ENGINE} save -o .kind/trio-typha.tar {ref}",
-        "kind load image-archive .kind/trio-typha.tar --name trio-typha",
+        f"bash tools/kind-load.sh {ENGINE} trio-typha {ref} .kind/trio-typha.tar",
         "curl ",
-        "mv deploy/overlays/kind-calico/calico/calico-typha.yaml.part "
-        "deploy/overlays/kind-calico/calico/calico-typha.yaml",
+        'test -z "" || ',
         "kubectl --context kind-trio-typha apply --server-side --force-conflicts "
         "-k deploy/overlays/kind-calico",
         "rollout status deployment/calico-typha",
@@ -71,8 +69,9 @@ def test_kind_up_prints_its_commands_in_order() -> None:
         assert hits, f"no command with {fragment!r} in:\n" + "\n".join(lines)
         positions.append(hits[0])
     assert positions == sorted(positions), "\n".join(lines)
-    # Re-runnable: the cluster is created only when kind does not list it; every other
-    # step (build, save, load, download, server-side apply, waits) is safe to repeat.
+    # Re-runnable: the cluster is created only when kind does not list it, the image loaded
+    # only into nodes without it (tools/kind-load.sh), the manifest downloaded only when it
+    # is not there; the build, the server-side apply and the waits are safe to repeat.
     create = lines[positions[0]]
     assert create.endswith(
         f"KIND_EXPERIMENTAL_PROVIDER={ENGINE} kind create cluster --config kind-config.yaml")
@@ -82,7 +81,11 @@ def test_kind_up_prints_its_commands_in_order() -> None:
             assert line.count("kind ") == line.count(f"KIND_EXPERIMENTAL_PROVIDER={ENGINE} kind ")
     # Calico's manifest is fetched at run time, for v3.32.1, into the overlay (ignored by
     # git), and takes its place only once complete (a failed download leaves the .part).
-    curl = shlex.split(lines[positions[4]])
+    manifest = "deploy/overlays/kind-calico/calico/calico-typha.yaml"
+    download = lines[positions[3]]
+    assert download.startswith(f"test -s {manifest} || {{ curl ")
+    assert download.endswith(f" && mv {manifest}.part {manifest}; }}")
+    curl = shlex.split(download.split("{ ", 1)[1].split(" && ")[0])
     url = curl[-1]
     assert url == ("https://raw.githubusercontent.com/projectcalico/calico/v3.32.1/"
                    "manifests/calico-typha.yaml")
@@ -172,13 +175,31 @@ def test_the_other_recipes_are_plain_commands() -> None:
     assert venv == "bash -c 'source tools/bootstrap.sh && bootstrap_env e2e'"
     assert e2e.startswith("TRIO_TYPHA_E2E_CONTEXT=kind-trio-typha .venv/bin/pytest tests/e2e")
     assert "TRIO_TYPHA_E2E_KUBECONFIG" not in e2e
-    assert dry_run("certs") == ["bash deploy/certs.sh deploy/overlays/mtls/certs"]
+    assert dry_run("certs") == ["bash deploy/certs.sh deploy/components/mtls/certs"]
     guard, patch = dry_run("mtls-calico-node")
     assert "grep -qxF kind-trio-typha" in guard
     assert shlex.split(patch) == [
         "kubectl", "--context", "kind-trio-typha", "-n", "kube-system", "patch", "daemonset",
         "calico-node", "--type", "strategic", "--patch-file",
-        "deploy/overlays/mtls/calico-node-tls.yaml"]
+        "deploy/components/calico-node-mtls/calico-node-tls.yaml"]
+
+
+def test_kind_up_with_mtls_is_one_command() -> None:
+    """``just mtls=1 kind-up``: the same steps, certificates made if there are none, and the
+    mTLS kind overlay applied (both halves in one apply: test_deploy_manifests); any other
+    value of ``mtls`` is refused before anything runs."""
+    plain, mtls = dry_run("kind-up"), dry_run("mtls=1", "kind-up")
+    certs = ("test -z \"1\" || test -s deploy/components/mtls/certs/ca.crt || "
+             "bash deploy/certs.sh deploy/components/mtls/certs")
+    apply = ("kubectl --context kind-trio-typha apply --server-side --force-conflicts "
+             "-k deploy/overlays/kind-calico")
+    assert [line for line in mtls if line not in plain] == [
+        certs, apply + "-mtls", plain[-1].replace("RBAC trio-typha;",
+                                                  "RBAC trio-typha, mutual TLS with calico-node;")]
+    assert mtls.index(certs) < mtls.index(apply + "-mtls")
+    bad = subprocess.run([str(JUST), "--dry-run", "mtls=yes", "kind-up"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode != 0 and "mtls is 1 or unset, not yes" in bad.stderr
 
 
 def test_a_named_context_replaces_the_kind_one() -> None:
@@ -226,3 +247,89 @@ def test_certs_recipe_makes_the_overlays_certificates(tmp_path: Path) -> None:
     assert made == ["ca.crt", "ca.key", "typha-client.crt", "typha-client.key",
                     "typha-server.crt", "typha-server.key"]
     assert (tmp_path / "certs/typha-server.key").stat().st_mode & 0o077 == 0
+
+
+ID = "4f3c2b1a" * 8  # an image ID (config digest), as podman prints it: no sha256: prefix
+FAKE_DOCKER = r"""#!/bin/sh
+echo "docker $*" >> "$STATE/log"
+case "$1 $2" in
+  "image inspect") cat "$STATE/engine-id" ;;
+  "exec "*)  # exec NODE crictl inspecti -o json IMAGE: crictl's indented JSON, or not found
+    [ -f "$STATE/node-$2" ] || { echo "no such image" >&2; exit 1; }
+    printf '{\n  "status": {\n    "id": "%s",\n    "repoTags": [\n      "%s"\n    ]\n  },\n  "info": {}\n}\n' "$(cat "$STATE/node-$2")" "$7" ;;
+  "save -o") [ -f "$STATE/save-fails" ] && { printf partial > "$3"; exit 1; }
+    echo archive > "$3" ;;
+  *) exit 3 ;;
+esac
+"""
+FAKE_KIND = r"""#!/bin/sh
+echo "kind $* (provider $KIND_EXPERIMENTAL_PROVIDER)" >> "$STATE/log"
+case "$1 $2" in
+  "get nodes") cat "$STATE/nodes" ;;
+  "load image-archive") ;;
+  *) exit 3 ;;
+esac
+"""
+NODES = ["trio-typha-control-plane", "trio-typha-worker", "trio-typha-worker2"]
+
+
+def run_kind_load(tmp_path: Path, on_nodes: dict[str, str], *,
+                  save_fails: bool = False) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """tools/kind-load.sh against stand-ins for the docker CLI (no engine runs here) and kind,
+    which answer as the real ones do for the calls it makes; ``on_nodes``: the image ID each
+    node's containerd reports for the image (crictl's form, sha256:...)."""
+    state, bin_dir = tmp_path / "state", tmp_path / "bin"
+    state.mkdir()
+    bin_dir.mkdir()
+    for name, text in (("docker", FAKE_DOCKER), ("kind", FAKE_KIND)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (state / "engine-id").write_text(ID + "\n")
+    (state / "nodes").write_text("\n".join(NODES) + "\n")
+    for node, image_id in on_nodes.items():
+        (state / f"node-{node}").write_text(image_id)
+    if save_fails:
+        (state / "save-fails").touch()
+    (state / "log").touch()
+    out = subprocess.run(
+        ["bash", str(ROOT / "tools/kind-load.sh"), "docker", "trio-typha",
+         "localhost/trio-typha:dev", str(tmp_path / "kind/trio-typha.tar")],
+        capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STATE": str(state)})
+    return out, (state / "log").read_text().splitlines()
+
+
+def test_kind_load_loads_a_new_cluster_everywhere(tmp_path: Path) -> None:
+    out, log = run_kind_load(tmp_path, {})
+    assert out.returncode == 0, out.stderr
+    archive = tmp_path / "kind/trio-typha.tar"
+    assert log[-2:] == [
+        f"docker save -o {archive}.part localhost/trio-typha:dev",
+        f"kind load image-archive {archive} --name trio-typha --nodes {','.join(NODES)} "
+        "(provider docker)"]
+    assert archive.read_text() == "archive\n" and not Path(f"{archive}.part").exists()
+
+
+def test_kind_load_skips_an_unchanged_image(tmp_path: Path) -> None:
+    """Every node's containerd has the image ID the engine has: nothing saved or loaded."""
+    out, log = run_kind_load(tmp_path, dict.fromkeys(NODES, f"sha256:{ID}"))
+    assert out.returncode == 0, out.stderr
+    assert not [line for line in log if " save " in line or " load " in line], log
+    assert f"every node of trio-typha has localhost/trio-typha:dev (image ID {ID})" in out.stdout
+    assert not (tmp_path / "kind").exists()
+
+
+def test_kind_load_loads_only_the_nodes_with_another_image(tmp_path: Path) -> None:
+    """A rebuilt image (another ID on two nodes), or a node that lost it, is loaded there."""
+    nodes = {NODES[0]: f"sha256:{ID}", NODES[1]: "sha256:" + "0" * 64}
+    out, log = run_kind_load(tmp_path, nodes)
+    assert out.returncode == 0, out.stderr
+    assert log[-1].startswith("kind load image-archive ")
+    assert f"--nodes {NODES[1]},{NODES[2]} " in log[-1]
+
+
+def test_kind_load_stops_on_a_failed_save_and_leaves_no_archive(tmp_path: Path) -> None:
+    out, log = run_kind_load(tmp_path, {}, save_fails=True)
+    assert out.returncode != 0
+    assert not (tmp_path / "kind/trio-typha.tar").exists()  # only the .part: re-run saves again
+    assert not [line for line in log if " load " in line]

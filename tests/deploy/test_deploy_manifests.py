@@ -114,14 +114,21 @@ def prepared(tmp_path: Path) -> Path:
     return copy
 
 
+RENDERED = ["base", "rbac", "overlays/mtls", "overlays/kind-calico", "overlays/kind-calico-mtls",
+            "overlays/kind-calico/calico"]
+#: Rendered only as part of the overlays that use them.
+COMPONENTS = ["components/mtls", "components/calico-node-mtls"]
+
+
 def test_every_kustomization_is_covered() -> None:
     names = {str(p.relative_to(DEPLOY)) for p in kustomizations()}
-    assert names == {"base", "rbac", "overlays/mtls", "overlays/kind-calico",
-                     "overlays/kind-calico/calico"}
+    assert names == {*RENDERED, *COMPONENTS}
+    for where in COMPONENTS:
+        assert yaml.safe_load((DEPLOY / where / "kustomization.yaml").read_text())[
+            "kind"] == "Component"
 
 
-@pytest.mark.parametrize("where", ["base", "rbac", "overlays/mtls", "overlays/kind-calico",
-                                   "overlays/kind-calico/calico"])
+@pytest.mark.parametrize("where", RENDERED)
 def test_renders_and_every_object_loads_into_client_models(tmp_path: Path, where: str) -> None:
     objs = render(prepared(tmp_path) / where)
     assert objs
@@ -222,7 +229,8 @@ def calico_node_with_mtls(copy: Path) -> dict[str, Any]:
     (copy / "calico-node.yaml").write_text(yaml.safe_dump(ds))
     out = subprocess.run(["kubectl", "patch", "--local", "-f", str(copy / "calico-node.yaml"),
                           "--type", "strategic", "--patch-file",
-                          str(copy / "overlays/mtls/calico-node-tls.yaml"), "-o", "json"],
+                          str(copy / "components/calico-node-mtls/calico-node-tls.yaml"),
+                          "-o", "json"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     patched: dict[str, Any] = json.loads(out.stdout)
@@ -243,9 +251,9 @@ def test_mtls_overlay_mounts_secrets_made_by_certs_sh(tmp_path: Path) -> None:
         assert env(container(dep))[name] in files
     subjects = {}
     for who in ("typha-server", "typha-client"):
-        crt = copy / f"overlays/mtls/certs/{who}.crt"
+        crt = copy / f"components/mtls/certs/{who}.crt"
         verify = subprocess.run(["openssl", "verify", "-CAfile",
-                                 str(copy / "overlays/mtls/certs/ca.crt"), str(crt)],
+                                 str(copy / "components/mtls/certs/ca.crt"), str(crt)],
                                 capture_output=True, text=True, check=False)
         assert verify.returncode == 0, verify.stderr
         subjects[who] = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
@@ -370,12 +378,55 @@ def test_kind_overlay_is_calico_with_the_base_as_its_typha(tmp_path: Path) -> No
 def test_calicos_manifest_and_certificates_are_never_committed() -> None:
     for path in ("deploy/overlays/kind-calico/calico/calico-typha.yaml",
                  "deploy/overlays/kind-calico/calico/calico-typha.yaml.part",
-                 "deploy/overlays/mtls/certs/ca.key"):
+                 "deploy/components/mtls/certs/ca.key"):
         ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
         assert ignored.returncode == 0, f"{path} is not ignored by git"
         tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=ROOT,
                                  capture_output=True, check=False)
         assert tracked.returncode != 0, f"{path} is committed"
+
+
+def test_kind_mtls_overlay_sets_up_both_ends_in_one_apply(tmp_path: Path) -> None:
+    """overlays/kind-calico-mtls (`just mtls=1 kind-up`) is the kind overlay with both halves
+    of mutual TLS: its calico-node is the one ``just mtls-calico-node`` would make of Calico's
+    (kubectl's own strategic merge of the same patch), its calico-typha the mtls overlay's with
+    the kind overlay's changes, and the Secrets are the ones both mount."""
+    copy = prepared(tmp_path)
+    objs = render(copy / "overlays/kind-calico-mtls")
+    kind = render(copy / "overlays/kind-calico")
+    mtls = render(copy / "overlays/mtls")
+    assert by_kind(objs, "DaemonSet", "calico-node") == calico_node_with_mtls(copy)
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    c = container(dep)
+    assert (c["image"], c["imagePullPolicy"]) == (image_ref(), "Never")
+    mtls_dep = by_kind(mtls, "Deployment", "calico-typha")
+    # The mtls overlay's TLS settings over the kind overlay's (one process per replica).
+    assert env(c) == env(container(mtls_dep)) | env(
+        container(by_kind(kind, "Deployment", "calico-typha")))
+    assert dep["spec"]["template"]["spec"]["volumes"] == \
+        mtls_dep["spec"]["template"]["spec"]["volumes"]
+    assert c["volumeMounts"] == container(mtls_dep)["volumeMounts"]
+    secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
+    assert secrets == {o["metadata"]["name"]: o for o in mtls if o["kind"] == "Secret"}
+    # Nothing else differs from the kind overlay: the same objects, plus the Secrets.
+    def key(o: dict[str, Any]) -> tuple[str, str]:
+        return o["kind"], o["metadata"]["name"]
+    assert sorted(map(key, objs)) == sorted([*map(key, kind), *map(key, secrets.values())])
+    changed = {("DaemonSet", "calico-node"), ("Deployment", "calico-typha")}
+    for obj in kind:
+        if key(obj) not in changed:
+            assert by_kind(objs, *key(obj)) == obj
+    # Both ends from the rendered Secrets, as the pods would mount them: the same CA, and
+    # calico-node presents the CN calico-typha asks for.
+    pod = by_kind(objs, "DaemonSet", "calico-node")["spec"]["template"]
+    node = mounted_files(pod, "calico-node", objs, tmp_path / "node")
+    typha = mounted_files(dep["spec"]["template"], "calico-typha", objs, tmp_path / "typha")
+    felix = env(container({"spec": {"template": pod}}, "calico-node"))
+    assert node[felix["FELIX_TYPHACAFILE"]].read_bytes() == typha[env(c)["TYPHA_CAFILE"]].read_bytes()
+    subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
+                              str(node[felix["FELIX_TYPHACERTFILE"]])],
+                             capture_output=True, text=True, check=True).stdout
+    assert f"CN={env(c)['TYPHA_CLIENTCN']}" in subject.replace(" ", "")
 
 
 def _cpu(quantity: str) -> float:
