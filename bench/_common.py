@@ -13,17 +13,12 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.fleet import CHURN_STAMP
+from testbed.fleet import churn_delay
 
 
 def churn_delays(values: Iterable[bytes | None], now_ns: int) -> list[float]:
     """Seconds from each stamped write to ``now_ns``, for the values that carry a stamp."""
-    out = []
-    for value in values:
-        m = CHURN_STAMP.search(value or b"")
-        if m:
-            out.append((now_ns - int(m.group(1))) / 1e9)
-    return out
+    return [d for value in values if (d := churn_delay(value, now_ns)) is not None]
 
 
 @dataclass

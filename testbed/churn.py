@@ -33,7 +33,7 @@ from typing import Any
 import kubernetes
 import urllib3
 
-from .cluster import k8s_pod
+from .cluster import k8s_namespace, k8s_pod
 
 __all__ = ["Churn", "ChurnConfig", "Mix", "Write", "api_client", "main", "run_in_trio"]
 
@@ -311,7 +311,7 @@ class Churn:
     # -- bodies ---------------------------------------------------------------------------
 
     def _namespace_body(self, name: str) -> dict[str, Any]:
-        return {"metadata": {"name": name, "labels": {LABEL: self.config.prefix}}}
+        return k8s_namespace(name, labels={LABEL: self.config.prefix})
 
     def _pod_body(self, name: str) -> dict[str, Any]:
         return k8s_pod(name, "", labels={LABEL: self.config.prefix, "app": name},

@@ -12,9 +12,9 @@ and readiness), so agents discover the replicas exactly as calico-node would.
 etcd (Calico v3 resources only), and ``etcd_endpoint`` one of its WorkloadEndpoints (what the
 etcd benchmark's churn rewrites).
 
-The resource builders (``v3``, ``wep_name``, ``k8s_node``, ``k8s_pod``,
+The resource builders (``v3``, ``wep_name``, ``k8s_namespace``, ``k8s_node``, ``k8s_pod``,
 ``k8s_network_policy``) are what the tests, the benchmarks and the chaos suite write Calico v3
-resources, Nodes, Pods and NetworkPolicies with.
+resources, Namespaces, Nodes, Pods and NetworkPolicies with.
 """
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ def wep_name(node: str, pod: str, *, orchestrator: str = "k8s", endpoint: str = 
     """libcalico's WorkloadEndpoint name: ``<node>-<orchestrator>-<workload>-<endpoint>``,
     the dashes inside each part doubled."""
     return "-".join(p.replace("-", "--") for p in (node, orchestrator, pod, endpoint))
+
+
+def k8s_namespace(name: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Kubernetes Namespace (Calico's profile ``kns.<name>`` comes from it)."""
+    md: dict[str, Any] = {"name": name}
+    if labels is not None:
+        md["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": md}
 
 
 def k8s_node(name: str, ip: str | None = None, *, pod_cidr: str | None = None

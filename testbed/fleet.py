@@ -82,6 +82,12 @@ PROTOCOLS = ("typha", "grpc")
 CHURN_STAMP = re.compile(rb'"churn-ts":"(\d+)"')
 
 
+def churn_delay(value: bytes | None, now_ns: int) -> float | None:
+    """Seconds from the churn's write of ``value`` to ``now_ns`` (None: no stamp)."""
+    m = CHURN_STAMP.search(value or b"")
+    return (now_ns - int(m.group(1))) / 1e9 if m else None
+
+
 # -- what to run -----------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +259,8 @@ class Agent:
             return
         now = time.time_ns()
         for u in updates:
-            if delay is not None and u.value and (m := CHURN_STAMP.search(u.value)):
-                delay((now - int(m.group(1))) / 1e9)
+            if delay is not None and (seconds := churn_delay(u.value, now)) is not None:
+                delay(seconds)
             if receipt is not None and u.revision:
                 receipt(u.revision, now / 1e9)
 

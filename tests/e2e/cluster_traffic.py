@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes
 import trio
 
-from testbed.cluster import k8s_pod
+from testbed.cluster import k8s_namespace, k8s_pod
 from tests.e2e.cluster import PATIENCE, RealCluster
 
 NS = "trio-typha-e2e-traffic"
@@ -31,7 +31,7 @@ async def deny_all_round_trip(cluster: RealCluster) -> None:
     def call(fn: Any, *args: Any) -> Any:
         return trio.to_thread.run_sync(lambda: fn(*args))
 
-    await call(core.create_namespace, {"metadata": {"name": NS}})
+    await call(core.create_namespace, k8s_namespace(NS))
     try:
         await call(core.create_namespaced_pod, NS,
                    _pod("server", ["netexec", "--http-port=8080"], "server"))

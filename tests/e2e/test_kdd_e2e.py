@@ -25,7 +25,14 @@ import pytest
 import trio
 
 from testbed.apiserver import ApiServer, open_apiserver
-from testbed.cluster import in_calico_group, k8s_network_policy, k8s_node, k8s_pod, v3
+from testbed.cluster import (
+    in_calico_group,
+    k8s_namespace,
+    k8s_network_policy,
+    k8s_node,
+    k8s_pod,
+    v3,
+)
 from tests.e2e.harness import (
     HANG,
     converge,
@@ -201,7 +208,7 @@ async def test_objects_updates_and_deletes_reach_grpcio_clients(
 
         # -- creation --------------------------------------------------------------------
         await kube(kube.core.create_node, NODE_OBJ)
-        await kube(kube.core.create_namespace, {"metadata": {"name": NS, "labels": {"team": "a"}}})
+        await kube(kube.core.create_namespace, k8s_namespace(NS, labels={"team": "a"}))
         await kube(kube.core.create_namespaced_pod, NS, pod("web-1", app="web"))
         t_pod = await kube.set_pod_ip("web-1", POD_IP)
         await kube(kube.net.create_namespaced_network_policy, NS, KNP)
@@ -278,7 +285,7 @@ async def test_forbidden_kind_makes_readiness_503_until_access_returns(
         await synced_client(c, "felix", felix)
         body = await wait_readiness(c.daemon, 200)
         assert "felix-cache" in body and c.daemon.ready
-        await c.kube(c.kube.core.create_namespace, {"metadata": {"name": NS}})
+        await c.kube(c.kube.core.create_namespace, k8s_namespace(NS))
 
         # RBAC loses list/watch on pods; the open watches end and cannot be re-opened.
         c.srv.forbid(K.POD, ["list", "watch"])

@@ -20,7 +20,7 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from testbed.apiserver import ApiServer, open_apiserver
-from testbed.cluster import k8s_pod
+from testbed.cluster import k8s_namespace, k8s_pod
 from trio_typha.model.kinds import POD
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ def pod_body(name: str, **labels: str) -> dict[str, Any]:
 async def test_namespace_and_pod_lifecycle(api_client: client.ApiClient,
                                            server: ApiServer) -> None:
     v1 = client.CoreV1Api(api_client)
-    ns = await call(v1.create_namespace, {"metadata": {"name": "team-a"}})
+    ns = await call(v1.create_namespace, k8s_namespace("team-a"))
     assert ns.status.phase == "Active"
     status, body = await fails(v1.create_namespaced_pod, "nowhere", pod_body("x"))
     assert (status, body["reason"]) == (404, "NotFound")

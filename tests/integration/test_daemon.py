@@ -6,6 +6,7 @@ import httpx
 import pytest
 import trio
 
+from testbed.cluster import k8s_namespace
 from trio_typha.client import grpc as g
 from trio_typha.client.view import SyncView
 from trio_typha.config_sources import load_config
@@ -85,8 +86,7 @@ async def test_updates_flow_after_snapshot(daemon) -> None:
                 if view.snapshot_done:
                     break
             before = len(view.kvs)
-            daemon.store.put({"apiVersion": "v1", "kind": "Namespace",
-                              "metadata": {"name": "brand-new", "labels": {"x": "y"}}})
+            daemon.store.put(k8s_namespace("brand-new", labels={"x": "y"}))
             async for ev in events:
                 g.apply_event(view, ev)
                 if len(view.kvs) > before:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import trio
 
+from testbed.cluster import k8s_namespace
 from trio_typha.cache.feed import CacheFeed
 from trio_typha.datastore.memory import MemoryDatastore, MemoryStore
 from trio_typha.model import kinds as K
@@ -19,7 +20,7 @@ def convert(kind, obj, *, key=None):
 
 
 def ns(name, spec=None):
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": spec}
+    return {**k8s_namespace(name), "spec": spec}
 
 
 async def settle() -> None:

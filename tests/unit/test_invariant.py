@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from testbed.cluster import in_calico_group, k8s_namespace, k8s_network_policy, k8s_pod, v3
 from testbed.invariant import (
     DatastoreContents,
     StoredObject,
@@ -39,39 +40,34 @@ GNP_KEY = "/calico/v1/policy/GlobalNetworkPolicy//gnp1"
 DEFAULT_ALLOW = "/calico/v1/policy/profile/projectcalico-default-allow/rules"
 
 
-def md(name: str, rv: str, namespace: str = "", **labels: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": name, "uid": UID, "resourceVersion": rv,
-                           "creationTimestamp": "2025-01-01T00:00:00Z", "labels": labels}
-    if namespace:
-        out["namespace"] = namespace
-    return out
+def stored_as(obj: dict[str, Any], rv: str) -> dict[str, Any]:
+    """``obj`` as the API server holds it at revision ``rv``."""
+    obj["metadata"].update(uid=UID, resourceVersion=rv,
+                           creationTimestamp="2025-01-01T00:00:00Z")
+    return obj
 
 
 def namespace(rv: str = "1", **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": md(NS, rv, **labels)}
+    return stored_as(k8s_namespace(NS, labels=labels), rv)
 
 
 def pod(rv: str = "2", ip: str | None = "10.244.1.5", **labels: str) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Running"}
     if ip:
         status.update(podIP=ip, podIPs=[{"ip": ip}])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": md("web-1", rv, NS, **labels),
-            "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "nginx"}]},
-            "status": status}
+    obj = k8s_pod("web-1", NS, labels=labels, node="node-1",
+                  containers=[{"name": "c", "image": "nginx"}])
+    return stored_as({**obj, "status": status}, rv)
 
 
 def knp(rv: str = "3", port: int = 8080) -> dict[str, Any]:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": md("allow-web", rv, NS),
-            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
-                     "ingress": [{"ports": [{"protocol": "TCP", "port": port}]}]}}
+    return stored_as(k8s_network_policy("allow-web", namespace=NS, app="web", port=port), rv)
 
 
 def gnp(rv: str = "4", order: int = 10) -> dict[str, Any]:
-    return {"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkPolicy",
-            "metadata": md("gnp1", rv),
-            "spec": {"order": order, "selector": "app == 'web'", "types": ["Ingress"],
-                     "ingress": [{"action": "Allow"}]}}
+    return stored_as(in_calico_group(v3("GlobalNetworkPolicy", "gnp1", {
+        "order": order, "selector": "app == 'web'", "types": ["Ingress"],
+        "ingress": [{"action": "Allow"}]}), K.CALICO_CRD_GROUP)[1], rv)
 
 
 def stored(obj: dict[str, Any]) -> StoredObject:
@@ -153,8 +149,7 @@ def test_objects_failing_validation_are_not_expected(monkeypatch: pytest.MonkeyP
 
 def test_contents_from_etcd_parses_v3_resources_and_skips_foreign_keys() -> None:
     root = "/calico/resources/v3/projectcalico.org"
-    obj = {"kind": "GlobalNetworkPolicy", "apiVersion": "projectcalico.org/v3",
-           "metadata": md("gnp1", "0"), "spec": {"selector": "all()", "order": 5}}
+    obj = stored_as(v3("GlobalNetworkPolicy", "gnp1", {"selector": "all()", "order": 5}), "0")
     kvs = [KeyValue(f"{root}/globalnetworkpolicies/gnp1".encode(), json.dumps(obj).encode(), 9),
            KeyValue(f"{root}/globalnetworkpolicies/broken".encode(), b"not json", 10),
            KeyValue(b"/somebody/else", b"{}", 11)]
