@@ -435,14 +435,25 @@ class Demo:
                  f"(NetworkPolicies created, updated and deleted; pods relabelled, "
                  f"{len(self.churn.pods)} of them)")
         churn = self.churn
+        killed = trio.Event()  # the kill, its recovery and any restart are over
         async with trio.open_nursery() as n:
             if opts.kill_replica_at is not None:
-                n.start_soon(self._kill_later, opts.kill_replica_at)
+                n.start_soon(self._kill_later, opts.kill_replica_at, killed)
             await self._until_stopped(partial(run_in_trio, churn, seconds=opts.duration))
+            # No kill once the churn is over; one under way finishes (its restart too), so
+            # the verdict sees every replica as it is meant to end.
+            if self.kills:
+                await self._until_stopped(killed.wait)
             n.cancel_scope.cancel()
         self.say(f"== churn stopped after {self._writes()} writes")
 
-    async def _kill_later(self, after: float) -> None:
+    async def _kill_later(self, after: float, done: trio.Event) -> None:
+        try:
+            await self._kill_and_restart(after)
+        finally:
+            done.set()
+
+    async def _kill_and_restart(self, after: float) -> None:
         await trio.sleep(after)
         victim = next((r for r in self.replicas if r.alive and self._agents_on(r)),
                       self.replicas[0])
