@@ -13,6 +13,10 @@ from typing import Any
 import kubernetes
 import yaml
 
+# Shared with the e2e suite, which reads the same objects from a live cluster.
+from tests.e2e.cluster_tls import container as container
+from tests.e2e.cluster_tls import env as env
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 JUST = Path(sys.executable).with_name("just")  # rust-just, from the test extras
@@ -107,10 +111,3 @@ def by_kind(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> d
     return found[0]
 
 
-def container(deployment: dict[str, Any], name: str = "calico-typha") -> dict[str, Any]:
-    [c] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
-    return c
-
-
-def env(c: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in c.get("env") or []}

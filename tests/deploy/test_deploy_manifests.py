@@ -4,7 +4,6 @@ the objects are shaped as Calico's calico-typha deployment is."""
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import ssl
@@ -27,6 +26,7 @@ from tests.deploy.deploy_render import (
     round_trip_losses,
     with_certs,
 )
+from tests.e2e.cluster_tls import MissingClientTLS, calico_node_tls, secret_files
 from tests.e2e.harness import HANG, daemon_config, running_daemon
 from trio_typha.client.typha import TyphaClient
 from trio_typha.config_sources import load_config
@@ -203,23 +203,13 @@ def test_base_is_shaped_like_calicos_calico_typha(tmp_path: Path) -> None:
 
 def mounted_files(pod: dict[str, Any], container_name: str, objs: list[dict[str, Any]],
                   root: Path) -> dict[str, Path]:
-    """Every file the container sees from a Secret volume, written under ``root`` from the
-    rendered Secrets' data as the kubelet would: path in the container -> file here."""
-    secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
-    volumes = {v["name"]: v["secret"]["secretName"] for v in pod["spec"]["volumes"]
-               if "secret" in v}
-    [c] = [c for c in pod["spec"]["containers"] if c["name"] == container_name]
-    out = {}
-    for mount in c.get("volumeMounts") or []:
-        if mount["name"] not in volumes:
-            continue
-        secret = secrets[volumes[mount["name"]]]
-        for key, data in secret["data"].items():
-            local = root / volumes[mount["name"]] / key
-            local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_bytes(base64.b64decode(data))
-            out[f"{mount['mountPath']}/{key}"] = local
-    return out
+    """Every file the container sees from a Secret volume, from the rendered Secrets
+    (tests/e2e/cluster_tls.py writes them out as the kubelet would)."""
+    return secret_files(pod, container_name, _secrets(objs), root)
+
+
+def _secrets(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
 
 
 def calico_node_with_mtls(copy: Path) -> dict[str, Any]:
@@ -427,6 +417,45 @@ def test_kind_mtls_overlay_sets_up_both_ends_in_one_apply(tmp_path: Path) -> Non
                               str(node[felix["FELIX_TYPHACERTFILE"]])],
                              capture_output=True, text=True, check=True).stdout
     assert f"CN={env(c)['TYPHA_CLIENTCN']}" in subject.replace(" ", "")
+
+
+async def test_the_e2e_suite_syncs_from_an_mtls_kind_cluster_as_calico_node(
+        tmp_path: Path) -> None:
+    """On a kind-calico-mtls cluster the e2e suite's own clients (tests/e2e/cluster_tls.py)
+    find Typha's demand for client certificates in the calico-typha Deployment and present
+    calico-node's, from its Secrets: against the daemon set up from the same rendering they
+    sync; on the plain kind overlay they use no TLS."""
+    copy = await trio.to_thread.run_sync(prepared, tmp_path)
+    objs = await trio.to_thread.run_sync(render, copy / "overlays/kind-calico-mtls")
+    plain = await trio.to_thread.run_sync(render, copy / "overlays/kind-calico")
+    assert calico_node_tls(by_kind(plain, "Deployment", "calico-typha"),
+                           by_kind(plain, "DaemonSet", "calico-node"), {}, tmp_path) is None
+    dep = by_kind(objs, "Deployment", "calico-typha")
+    tls = calico_node_tls(dep, by_kind(objs, "DaemonSet", "calico-node"), _secrets(objs),
+                          tmp_path / "e2e")
+    assert tls is not None and tls.server_cn == "typha-server"
+    typha = mounted_files(dep["spec"]["template"], "calico-typha", objs, tmp_path / "typha")
+    tenv = env(container(dep))
+    cfg = daemon_config({name: str(typha[tenv[name]]) for name in
+                         ("TYPHA_CAFILE", "TYPHA_SERVERCERTFILE", "TYPHA_SERVERKEYFILE")}
+                        | {"TYPHA_CLIENTCN": tenv["TYPHA_CLIENTCN"]},
+                        DatastoreType="memory", MemoryDemoCluster="tiny")
+    async with running_daemon(cfg) as daemon, TyphaClient(
+            ("127.0.0.1", daemon.ports["server"]), syncer_type="felix",
+            ssl_context=tls.ssl_context, server_cn=tls.server_cn) as client:
+        with trio.fail_after(HANG):
+            await client.wait_for_status(SyncStatus.IN_SYNC)
+        assert client.kvs
+
+
+def test_the_e2e_suite_names_a_calico_node_without_its_tls_half(tmp_path: Path) -> None:
+    """Typha with mTLS but calico-node never patched: one error saying what to run."""
+    copy = prepared(tmp_path)
+    objs = render(copy / "overlays/kind-calico-mtls")
+    plain = render(copy / "overlays/kind-calico")
+    with pytest.raises(MissingClientTLS, match="just mtls-calico-node"):
+        calico_node_tls(by_kind(objs, "Deployment", "calico-typha"),
+                        by_kind(plain, "DaemonSet", "calico-node"), _secrets(objs), tmp_path)
 
 
 def _cpu(quantity: str) -> float:

@@ -6,7 +6,8 @@
   names a kubeconfig with context ``kind-trio-typha``, or the current kube-context is
   ``kind-trio-typha``, as ``just kind-up`` leaves it): trio-typha runs as the
   ``calico-typha`` Deployment, the agents are the real calico-node pods (one per node), and
-  replicas are reached through ``kubectl port-forward`` and ``kubectl exec``;
+  replicas are reached through ``kubectl port-forward`` and ``kubectl exec`` (under mutual
+  TLS, ``just mtls=1 kind-up``, with calico-node's certificate: :mod:`tests.e2e.cluster_tls`);
 * **embedded** (otherwise, e.g. in CI): the test bed's Kubernetes API server in this process,
   ``trio-typha serve`` replica *processes* on it (the Deployment's ``TYPHA_*`` settings, on
   loopback ports) published in the ``calico-typha`` EndpointSlices, and node agents that
@@ -39,6 +40,7 @@ from testbed.apiserver import ApiServer, open_apiserver
 from testbed.cluster import TYPHA_NAMESPACE, k8s_node, typha_endpoint_slice
 from testbed.fleet import AgentGroup, AgentSpec, DiscoverySpec
 from testbed.replica import ReplicaProcess, free_port
+from tests.e2e.cluster_tls import ClientTLS, calico_node_tls, container, env
 from trio_typha.client.discovery import ReconnectPolicy
 from trio_typha.client.typha import TyphaClient
 from trio_typha.model import kinds as K
@@ -109,6 +111,8 @@ class Cluster:
         self.api = api
         self.replicas: list[Replica] = []
         self.agent_names: set[str] = set()
+        #: How this test's own clients present themselves where Typha requires mutual TLS.
+        self.client_tls: ClientTLS | None = None
 
     def read(self) -> inv.DatastoreContents:
         return inv.read_kubernetes(self.api)
@@ -143,8 +147,11 @@ class Cluster:
         holders: dict[tuple[str, str], TyphaClient] = {}
 
         async def follow(r: Replica, syncer: str, *, task_status: trio.TaskStatus[None]) -> None:
+            tls = self.client_tls
             async with TyphaClient(r.address, syncer_type=syncer,
-                                   hostname=f"e2e-follower-{syncer}") as client:
+                                   hostname=f"e2e-follower-{syncer}",
+                                   ssl_context=tls.ssl_context if tls else None,
+                                   server_cn=tls.server_cn if tls else "") as client:
                 holders[(r.name, syncer)] = client
                 await client.wait_for_status()
                 task_status.started()
@@ -326,6 +333,19 @@ class RealCluster(Cluster):
             forward.kill()
             forward.wait()
 
+    def read_client_tls(self, root: Path) -> ClientTLS | None:
+        """calico-node's TLS client settings if calico-typha requires client certificates
+        (the Deployment, the DaemonSet and kube-system's Secrets, as the API returns them)."""
+        apps = kubernetes.client.AppsV1Api(self.api)
+        as_json = self.api.sanitize_for_serialization
+        typha = as_json(apps.read_namespaced_deployment("calico-typha", NAMESPACE))
+        if not env(container(typha)).get("TYPHA_CAFILE"):
+            return None
+        node = as_json(apps.read_namespaced_daemon_set("calico-node", NAMESPACE))
+        secrets = {str(s.metadata.name): as_json(s) for s in
+                   self.core.list_namespaced_secret(NAMESPACE).items if s.metadata}
+        return calico_node_tls(typha, node, secrets, root)
+
     def close(self) -> None:
         for proc in self._forwards.values():
             proc.kill()
@@ -334,7 +354,7 @@ class RealCluster(Cluster):
 
 
 @asynccontextmanager
-async def real_cluster(kubeconfig: str | None, context: str | None
+async def real_cluster(kubeconfig: str | None, context: str | None, workdir: Path
                        ) -> AsyncIterator[RealCluster]:
     kubectl = ["kubectl"]
     if kubeconfig:
@@ -344,6 +364,8 @@ async def real_cluster(kubeconfig: str | None, context: str | None
     with ch.api_client(kubeconfig, context) as api:
         cluster = RealCluster(api, kubectl)
         try:
+            cluster.client_tls = await trio.to_thread.run_sync(cluster.read_client_tls,
+                                                               workdir / "client-tls")
             await cluster.refresh()
             yield cluster
         finally:
@@ -354,7 +376,7 @@ async def real_cluster(kubeconfig: str | None, context: str | None
 async def open_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     target = real_kubeconfig()
     if target is not None:
-        async with real_cluster(*target) as real:
+        async with real_cluster(*target, tmp_path) as real:
             yield real
     else:
         async with embedded_cluster(tmp_path) as embedded:
