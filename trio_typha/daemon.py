@@ -30,6 +30,7 @@ from .datastore.stall import WatchState
 from .host import server_processes
 from .model.kv import SYNCER_TYPES
 from .model.syncers import DatastoreMode, syncer_definition
+from .observe.accept import serve_listeners
 from .observe.health import Report
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .serving import ServingProcess
@@ -253,10 +254,10 @@ class Daemon(ServingProcess[SyncerPipeline]):
                 detail=self.workers.detail() if self.workers is not None else ""))
             async with trio.open_nursery() as nursery:
                 await nursery.start(partial(
-                    trio.serve_listeners,
+                    serve_listeners,
                     partial(serve_follower, self.ctx.feeds, encodings,
                             self.settings.write_timeout),
-                    [trio.SocketListener(sock)]))
+                    [trio.SocketListener(sock)], what="the workers' feed"))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])
                 await nursery.start(self.workers.run)

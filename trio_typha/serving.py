@@ -38,7 +38,7 @@ from .model.kv import SYNCER_TYPES, SyncStatus
 from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
 from .observe.metrics import Metrics, SyncerMetrics
-from .server.fdlimit import FdShedder, log_nofile_limit
+from .server.fdlimit import FdShedder, fd_ceiling, log_nofile_limit
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.livefeed import FEED_PATH, ReplicaSampler, serve_feed
@@ -100,7 +100,9 @@ class ServingProcess(ABC, Generic[P]):
         self.ctx: ServerContext | None = None
         self.connections = ConnectionRegistry(active=self.metrics.connections_active,
                                               accepted=self.metrics.connections_accepted)
-        self.connections.on_capacity_error = FdShedder(self.connections)
+        shedder = FdShedder(self.connections, window=self.settings.handshake_timeout)
+        self.connections.on_capacity_error = shedder
+        self.connections.on_reserve = shedder.on_reserve
         self.ports: dict[str, int] = {}
         self._shutdown = trio.Event()
         self.governor: Governor | None = None
@@ -208,7 +210,8 @@ class ServingProcess(ABC, Generic[P]):
         if cfg.debug_memory_profile_path:
             import tracemalloc
             tracemalloc.start()  # so SIGUSR1's snapshot has the allocations since start
-        log_nofile_limit()
+        limit = log_nofile_limit()
+        self.connections.fd_ceiling = fd_ceiling(limit)
         feeds = {t: CacheFeed(t, max_batch_size=cfg.snapshot_cache_max_batch_size,
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
                               wake_interval=cfg.cache_wake_interval_secs,

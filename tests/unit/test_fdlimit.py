@@ -17,10 +17,14 @@ def conn(ident: int, age: float, *, protocol: str = "", state: State | None = No
     return c
 
 
-async def test_half_open_first_oldest_first():
+WINDOW = 10.0
+
+
+async def test_past_the_window_sessionless_first_oldest_first():
     conns = [conn(1, 50, protocol="typha-gob", state=State.HANDSHAKE),
-             conn(2, 5), conn(3, 9), conn(4, 99, protocol="grpc", state=State.STREAMING)]
-    assert shed_candidate(conns).id == 3
+             conn(2, 15), conn(3, 30, protocol="grpc"), conn(4, 12),
+             conn(5, 99, protocol="grpc", state=State.STREAMING)]
+    assert shed_candidate(conns, 0.0, WINDOW).id == 3
 
 
 async def test_then_handshaking_then_mid_snapshot_never_streaming_or_draining():
@@ -28,15 +32,23 @@ async def test_then_handshaking_then_mid_snapshot_never_streaming_or_draining():
     snap = conn(2, 80, protocol="grpc", state=State.SNAPSHOT)
     hand = conn(3, 10, protocol="typha-gob", state=State.HANDSHAKE)
     going = conn(4, 999, draining=True)
-    assert shed_candidate([streaming, snap, hand, going]).id == 3
-    assert shed_candidate([streaming, snap, going]).id == 2
-    assert shed_candidate([streaming, going]) is None
+    assert shed_candidate([streaming, snap, hand, going], 0.0, WINDOW).id == 3
+    assert shed_candidate([streaming, snap, going], 0.0, WINDOW).id == 2
+    assert shed_candidate([streaming, going], 0.0, WINDOW) is None
 
 
-async def test_idle_h2_connection_with_no_session_counts_as_handshaking():
-    idle = conn(1, 30, protocol="grpc")  # sniffed, no stream
-    streaming = conn(2, 99, protocol="grpc", state=State.STREAMING)
-    assert shed_candidate([streaming, idle]).id == 1
+async def test_a_fresh_connection_goes_only_after_every_older_one():
+    """The scenario of a good client just accepted among idle attackers: the newcomer (not
+    even sniffed yet) is never chosen while an older non-streaming connection exists."""
+    fresh = conn(1, 0.0)
+    idle_attackers = [conn(10 + i, 3.0 + i, protocol="grpc") for i in range(5)]
+    old_attackers = [conn(20 + i, 60.0 + i, protocol="grpc") for i in range(5)]
+    pool = [fresh, *idle_attackers, *old_attackers]
+    order = []
+    while (c := shed_candidate(pool, 0.0, WINDOW)) is not None:
+        order.append(c.id)
+        pool.remove(c)
+    assert order == [24, 23, 22, 21, 20, 14, 13, 12, 11, 10, 1]
 
 
 def test_soft_limit_is_raised_to_the_hard_limit():

@@ -31,6 +31,7 @@ from trio_typha.protocols.grpc.h2conn import (
     StreamReset,
 )
 from trio_typha.protocols.grpc.status import StatusCode
+from trio_typha.sessions.budgets import Account, SharedBudgets
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -38,8 +39,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 class RawPeer:
     """Writes frames by hand (hyperframe + hpack), as an attacker would."""
 
-    def __init__(self) -> None:
-        self.core = H2Core(max_concurrent_streams=16, max_inbound_message=1 << 20)
+    def __init__(self, shared: Account | None = None) -> None:
+        self.core = H2Core(max_concurrent_streams=16, max_inbound_message=1 << 20,
+                           shared_budget=shared)
         self.encoder = hpack.Encoder()
         self.events: list = []
         self.out = b""
@@ -277,6 +279,14 @@ def test_log_throttle_lets_one_line_per_interval_and_counts_the_rest():
     assert throttle.allow("peer", 10.0) == 3
 
 
+def test_log_throttle_with_a_burst_lets_that_many_through_per_interval():
+    throttle = LogThrottle(interval=10.0, burst=3)
+    assert [throttle.allow("peer", t) for t in (0.0, 1.0, 2.0)] == [0, 0, 0]
+    assert [throttle.allow("peer", t) for t in (3.0, 9.0)] == [None, None]
+    assert throttle.allow("peer", 10.0) == 2  # a new interval: the held-back count first
+    assert throttle.allow("peer", 11.0) == 0
+
+
 def test_log_throttle_memory_is_bounded():
     throttle = LogThrottle(interval=10.0, max_keys=100)
     for i in range(10_000):
@@ -325,3 +335,36 @@ def test_a_frame_of_exactly_the_max_size_is_accepted() -> None:
     peer.send(opening + data.serialize())
     assert not [e for e in peer.events if isinstance(e, ConnectionEnded)]
     assert peer.core.state is ConnectionState.OPEN
+
+
+def test_rapid_reset_spread_over_connections_is_closed_by_the_shared_budget() -> None:
+    # 50 connections from one address, each resetting 40 streams a second (well under its
+    # own budget of 100/s): together 2,000/s against the address's 200/s.
+    budgets = SharedBudgets()
+    peers = [RawPeer(budgets.account("10.9.9.9")) for _ in range(50)]
+    for tick in range(40):
+        now = tick * 0.025
+        for peer in peers:
+            if peer.core.state is not ConnectionState.CLOSED:
+                sid, opening = peer.headers()
+                peer.send(opening + _rst(sid), now)
+    closed = [p for p in peers if p.core.state is ConnectionState.CLOSED]
+    assert len(closed) >= 45
+    for peer in closed:
+        end = peer.ended()
+        assert end.flood is not None and end.flood.kind is Flood.RAPID_RESET
+        assert end.flood.shared is not None and end.flood.count <= 100
+        assert _goaway_code(peer.read()) == ErrorCodes.ENHANCE_YOUR_CALM
+    # A fresh connection from the same address opening its one stream is untouched.
+    good = RawPeer(budgets.account("10.9.9.9"))
+    _, opening = good.headers()
+    assert [type(e) for e in good.send(opening, 1.0)] == [RequestReceived]
+
+
+def test_frames_after_the_close_are_dropped_unparsed() -> None:
+    peer = RawPeer()
+    peer.core.close(ErrorCodes.ENHANCE_YOUR_CALM, "flood")
+    sid, opening = peer.headers()
+    peer.core.feed(opening * 1000)
+    assert not peer.core.inbound_pending and peer.core.process(1.0) == []
+    assert len(peer.core._in) == 0

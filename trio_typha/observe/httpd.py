@@ -18,6 +18,8 @@ import h11
 import trio
 from trio_websocket import WebSocketConnection, wrap_server_stream
 
+from .accept import serve_listeners
+
 log = logging.getLogger(__name__)
 
 Response = tuple[int, str, bytes]
@@ -167,4 +169,5 @@ async def serve_http(host: str, port: int, handler: Handler, *,
             await _handle(secure, handler, websockets, slots)
             return
         await _handle(stream, handler, websockets, slots)
-    await trio.serve_listeners(on_conn, listeners, task_status=task_status)
+    await serve_listeners(on_conn, listeners, what=f"HTTP port {port}",
+                          task_status=task_status)

@@ -11,11 +11,18 @@ __sans_io__ = True
 
 import logging
 
+from ..observe.throttle import LogThrottle, held_back
+
 
 def log_hello(logger: logging.Logger, protocol: str, peer: str, conn_id: int, *,
               hostname: str, syncer_type: str, version: str, info: str,
-              compression: str) -> None:
+              compression: str, throttle: LogThrottle, now: float) -> None:
+    """One line per hello, but at most ``throttle``'s burst per peer host per interval: a
+    peer can open syncs as fast as it likes, and the line after a pause counts the rest."""
+    held = throttle.allow(peer.rsplit(":", 1)[0], now)
+    if held is None:
+        return
     logger.info("Received Hello message from client. protocol=%s client=%s connID=%#x "
-                "hostname=%r syncerType=%s clientVersion=%r clientInfo=%r compression=%s",
+                "hostname=%r syncerType=%s clientVersion=%r clientInfo=%r compression=%s%s",
                 protocol, peer, conn_id, hostname, syncer_type or "felix", version, info,
-                compression or "none")
+                compression or "none", held_back(held))

@@ -26,17 +26,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
+from ..observe.accept import ACCEPT_CAPACITY_ERRNOS, ACCEPT_RETRY_SLEEP
+
 if TYPE_CHECKING:
     from ..cache.feed import CacheFeed
 
 log = logging.getLogger(__name__)
 
-#: Accept errors that mean the process or the kernel is out of room *for now*; trio's
-#: serve_listeners retries exactly these.
-ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-#: How long to wait before accepting again after one of them (trio uses the same).
-ACCEPT_RETRY_SLEEP = 0.1
-#: ... or after ``on_capacity_error`` has closed a connection to make room.
+#: How long to wait before accepting again after ``on_capacity_error`` has closed a
+#: connection to make room (else ACCEPT_RETRY_SLEEP).
 ACCEPT_RETRY_AFTER_SHED = 0.005
 
 
@@ -153,6 +151,11 @@ class ConnectionRegistry:
         self.accepted = accepted
         #: Called on a capacity error; returns True if it closed a connection to make room.
         self.on_capacity_error: Callable[[OSError], bool] | None = None
+        #: Accepted sockets whose descriptor is at or above this eat into the reserve kept
+        #: for everything but clients: ``on_reserve(fd, ceiling)`` then sheds one (True) or
+        #: the new socket is closed.
+        self.fd_ceiling: int | None = None
+        self.on_reserve: Callable[[int, int], bool] | None = None
         #: Called whenever a connection comes or goes (a worker reports its count then).
         self.on_change: Callable[[], None] | None = None
         # Like Typha: random upper 32 bits, low bits count up from 1.
@@ -284,8 +287,20 @@ class ConnectionRegistry:
                 else:
                     if self.accepted is not None:
                         self.accepted.inc()
+                    if not self._within_reserve(stream):
+                        await trio.aclose_forcefully(stream)
+                        continue
                     assert self._handlers is not None
                     self._handlers.start_soon(self._run, stream, handler)
+
+    def _within_reserve(self, stream: trio.SocketStream) -> bool:
+        """May ``stream`` be served?  Descriptors are handed out lowest first, so one at or
+        above the ceiling means at least the ceiling's worth are open."""
+        ceiling = self.fd_ceiling
+        if ceiling is None or self.on_reserve is None:
+            return True
+        fd = stream.socket.fileno()
+        return fd < ceiling or self.on_reserve(fd, ceiling)
 
     async def _run(self, stream: trio.SocketStream, handler: Handler) -> None:
         with self.track(peer_of(stream)) as conn:

@@ -12,6 +12,7 @@ from ..cache.feed import CacheFeed
 from ..model.kv import SYNCER_TYPES
 from ..observe.metrics import Metrics, SyncerMetrics
 from ..observe.throttle import LogThrottle
+from .budgets import SharedBudgets
 from .connections import ConnectionRegistry, Session
 from .settings import ServerSettings
 
@@ -34,6 +35,10 @@ class ServerContext:
     _syncer_metrics: dict[str, SyncerMetrics] = field(default_factory=dict)
     #: Rate limit for log lines a peer can provoke at will, keyed by (peer host, kind).
     peer_log: LogThrottle = field(default_factory=LogThrottle)
+    #: Flood budgets every connection from one address, and every connection, share.
+    budgets: SharedBudgets = field(default_factory=SharedBudgets)
+    #: Hello lines: a burst per peer host per interval (a peer can start syncs at will).
+    hello_log: LogThrottle = field(default_factory=lambda: LogThrottle(10.0, burst=10))
 
     @property
     def sessions(self) -> dict[int, Session]:

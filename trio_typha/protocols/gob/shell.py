@@ -206,7 +206,8 @@ class _GobConnection:
         if hello is not None and not self.info.syncer_type:
             log_hello(log, "typha", self.peer, self.conn_id, hostname=hello.hostname,
                       syncer_type=hello.syncer_type, version=hello.version, info=hello.info,
-                      compression="snappy" if self.session.compressed else "")
+                      compression="snappy" if self.session.compressed else "",
+                      throttle=self.ctx.hello_log, now=trio.current_time())
             self.info.hostname = hello.hostname
             self.info.syncer_type = self.session.syncer_type
             self.info.client_version = hello.version

@@ -10,6 +10,10 @@ The budgets are far above what a Typha client needs (one stream per connection, 
 SETTINGS and its ACK, window updates as it reads): a legitimate peer never comes near them.
 WINDOW_UPDATE is the one a busy legitimate reader sends many of (one or two per DATA
 frame it takes), so its budget grows with the DATA frames we sent in the same window.
+
+A connection may also carry an :class:`~trio_typha.sessions.budgets.Account`: the same
+frames (but WINDOW_UPDATE, which tracks our own sending) are then charged against the
+budgets its source address and the process share, and an overdraft closes it the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ __sans_io__ = True
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from ...sessions.budgets import Account, Overdraft
 
 
 class Flood(enum.Enum):
@@ -61,8 +67,12 @@ class FloodReport:
     count: int
     seconds: float
     limit: int
+    #: Set when a budget shared with other connections ran dry, not this one's own.
+    shared: Overdraft | None = None
 
     def __str__(self) -> str:
+        if self.shared is not None:
+            return str(self.shared)
         return (f"{self.kind.value} flood: {self.count} frames in {self.seconds:.2f}s "
                 f"(budget {self.limit}/s)")
 
@@ -72,8 +82,10 @@ class FloodGuard:
 
     WINDOW = 1.0
 
-    def __init__(self, limits: FloodLimits | None = None) -> None:
+    def __init__(self, limits: FloodLimits | None = None, *,
+                 shared: Account | None = None) -> None:
         self.limits = limits or FloodLimits()
+        self.shared = shared
         self._start: float | None = None
         self._counts: dict[Flood, int] = dict.fromkeys(Flood, 0)
         self._data_sent = 0
@@ -103,7 +115,10 @@ class FloodGuard:
         if kind is Flood.WINDOW_UPDATE:
             limit += self.limits.window_updates_per_data_frame * (
                 self._data_sent + self._data_sent_before)
-        if n <= limit:
-            return None
         assert self._start is not None
-        return FloodReport(kind, n, max(now - self._start, 0.0), limit)
+        if n > limit:
+            return FloodReport(kind, n, max(now - self._start, 0.0), limit)
+        if self.shared is not None and kind is not Flood.WINDOW_UPDATE and \
+                (overdraft := self.shared.charge(kind.value, now)) is not None:
+            return FloodReport(kind, n, max(now - self._start, 0.0), limit, overdraft)
+        return None

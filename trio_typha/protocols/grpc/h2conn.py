@@ -39,6 +39,7 @@ import h2.settings
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
+from ...sessions.budgets import Account
 from .abuse import Flood, FloodGuard, FloodLimits, FloodReport
 from .framing import FramingError, MessageDecoder
 from .metadata import Headers, response_headers, trailers, trailers_only
@@ -169,7 +170,8 @@ class H2Core:
 
     def __init__(self, *, max_concurrent_streams: int, max_inbound_message: int,
                  stream_buffer_limit: int = 64 * 1024,
-                 flood_limits: FloodLimits | None = None) -> None:
+                 flood_limits: FloodLimits | None = None,
+                 shared_budget: Account | None = None) -> None:
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config)
         # Set before initiate_connection so they are in force from the first frame (h2
@@ -180,7 +182,7 @@ class H2Core:
         })
         self._h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
         self._h2.initiate_connection()
-        self.flood_guard = FloodGuard(flood_limits)
+        self.flood_guard = FloodGuard(flood_limits, shared=shared_budget)
         self._in = bytearray()  # received bytes not yet given to h2
         self._preface_left = _PREFACE_LEN
         self._highest_seen = 0  # the highest stream id a HEADERS frame has named
@@ -619,6 +621,7 @@ class H2Core:
 
     def _closed(self) -> None:
         self.state = ConnectionState.CLOSED
+        self._in.clear()  # what the peer sent after the end is never parsed
         self._out += self._h2.data_to_send()
         for s in list(self._streams.values()):
             s.response = Response.DONE

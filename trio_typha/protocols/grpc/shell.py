@@ -27,6 +27,7 @@ from h2.errors import ErrorCodes
 from ...observe.throttle import held_back
 from ...sessions.connections import Connection
 from ...sessions.context import ServerContext
+from ...sessions.hangup import peer_hung_up
 from ...sessions.nowait import nowait_sender
 from . import h2conn as core
 from .encode_once import SYNC_PATH
@@ -121,7 +122,8 @@ class GrpcConnection:
         self.settings = ctx.settings.normalized()
         self.core = core.H2Core(max_concurrent_streams=self.settings.max_concurrent_streams,
                                 max_inbound_message=self.settings.max_inbound_message,
-                                stream_buffer_limit=STREAM_BUFFER_LIMIT)
+                                stream_buffer_limit=STREAM_BUFFER_LIMIT,
+                                shared_budget=ctx.budgets.account(self._peer_host))
         self.streams: dict[int, _Stream] = {}
         self.close_reason: str | None = None
         self._nursery: trio.Nursery | None = None
@@ -222,6 +224,11 @@ class GrpcConnection:
         data = await self._stream.receive_some(RECEIVE_SIZE)
         if not data:
             self._finish("peer closed the connection")
+            return False
+        if len(data) >= RECEIVE_SIZE and peer_hung_up(self._stream):
+            # More is queued behind a full read, and the peer has gone: nobody will read
+            # our answers, so neither are its frames worth parsing.
+            self._finish("peer closed the connection (its unread frames dropped)")
             return False
         await self._handle_bytes(data)
         return True

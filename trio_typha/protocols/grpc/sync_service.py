@@ -115,7 +115,7 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
         # The Sync stream's messages are not compressed (grpc-encoding identity).
         log_hello(log, "grpc", conn.peer, info.id, hostname=start.hostname,
                   syncer_type=start.syncer_type, version=start.version, info=start.info,
-                  compression="")
+                  compression="", throttle=ctx.hello_log, now=trio.current_time())
         with SessionReport(info, metrics) as report:
             async with trio.open_nursery() as nursery:
                 # Read from the start: a second start (or anything else out of turn) ends
