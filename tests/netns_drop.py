@@ -78,7 +78,8 @@ async def broken_by_keepalive(records: list[logging.LogRecord]) -> float:
     started = time.monotonic()
     with trio.fail_after(30):
         while True:
-            if warnings(records, "session failed") or warnings(records, "broke after"):
+            if warnings(records, "session failed") or warnings(records, "broke after") \
+                    or warnings(records, "PING deadline"):
                 return time.monotonic() - started
             await trio.sleep(0.05)
 

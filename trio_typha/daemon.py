@@ -135,6 +135,12 @@ class Daemon(ServingProcess[SyncerPipeline]):
         return SyncerPipeline(definition, self.datastore, feed, validator=self._validator,
                               metrics=self.metrics, gc_pauses=self.gc_pauses)
 
+    async def start_first(self, nursery: trio.Nursery) -> None:
+        # The Kubernetes client's shared HTTP/2 connection, before the first request.
+        for api in {id(a): a for a in (self.datastore.kube_api, self._rebalance_api)
+                    if a is not None}.values():
+            await nursery.start(api.run)
+
     async def prepare(self) -> None:
         await self._check_datastore()
         await self._initialize_datastore()

@@ -188,6 +188,9 @@ class H2Connection:
         open, and for the writer when much is unsent), ending the stream if ``end``."""
         view = memoryview(data)
         while True:
+            # As a socket's send_all does: a cancelled (dropped, timed-out) watch must not
+            # queue another frame, which the writer could still put out.
+            await trio.lowlevel.checkpoint_if_cancelled()
             window = self.h2.local_flow_control_window(stream_id)
             if view and window <= 0:
                 await self._progress.wait()

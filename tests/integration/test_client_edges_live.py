@@ -64,17 +64,21 @@ def canned(status: str, body: bytes, content_type: str = "application/json") -> 
     return reply
 
 
-def kube(url: str, **kwargs: float) -> KubeApi:
-    return KubeApi(KubeClientConfig(server=url, source="test"), **kwargs)
+def kube(url: str, *, http2: bool = True, **kwargs: float) -> KubeApi:
+    """A client of the HTTP/1.1 peers here: with ``http2`` it tries h2c first, and the
+    peer's HTTP/1.1 answer to the preface makes it fall back (as to Go's plaintext
+    servers)."""
+    return KubeApi(KubeClientConfig(server=url, source="test"), http2=http2, **kwargs)
 
 
-async def test_refused_connection_is_a_k8s_transport_error() -> None:
-    async with kube(f"http://127.0.0.1:{dead_port()}") as api:
+@pytest.mark.parametrize("http2", [True, False])
+async def test_refused_connection_is_a_k8s_transport_error(http2: bool) -> None:
+    async with kube(f"http://127.0.0.1:{dead_port()}", http2=http2) as api:
         with pytest.raises(K8sTransportError) as info:
             await api.get_json("/apis")
     assert not isinstance(info.value, K8sTimeout)
     assert str(info.value).startswith("ConnectError: ")
-    assert isinstance(info.value.__cause__, httpx.ConnectError)
+    assert isinstance(info.value.__cause__, OSError if http2 else httpx.ConnectError)
 
 
 async def test_silent_server_is_a_k8s_timeout(autojump_clock: trio.abc.Clock) -> None:

@@ -34,6 +34,7 @@ from tests.stall_harness import (
     gnp,
     is_watch,
     stall_warnings,
+    warnings,
     watch_ages,
 )
 from trio_typha.daemon import Daemon
@@ -112,11 +113,17 @@ def is_stream(target: bytes) -> bool:
     return is_watch(target) and b"allowWatchBookmarks=true" in target
 
 
+@pytest.mark.parametrize("http2", [True, False], ids=["http2", "http1"])
 async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, http2: bool) -> None:
+    """Over HTTP/2 every watch is a stream of one connection: the proxy stops forwarding
+    it, its PINGs go unanswered, and every watch resumes on a new connection within the
+    deadline.  Over HTTP/1.1 (a server without HTTP/2) each watch has a connection of its
+    own: the proxy stops forwarding the watch connections only, and the cross-check on
+    another connection notices."""
     caplog.set_level(logging.INFO, "trio_typha.datastore")
     async with open_apiserver(calico_groups=(K.CALICO_CRD_GROUP,),
-                              bookmark_interval=3600) as server, \
+                              bookmark_interval=3600, http2=http2) as server, \
             open_fault_proxy(server.port) as proxy:
         for name in ("stays", "doomed"):
             server.store.create(K.NAMESPACE, {"metadata": {"name": name}})
@@ -130,19 +137,29 @@ async def test_kdd_watch_stalled_by_a_proxy_is_resumed_and_the_deletion_arrives(
             kinds = sum(1 for k in daemon.pipelines["felix"].definition.kinds
                         if server.surface.by_key(k.group, k.plural) is not None)
             with trio.fail_after(HANG):  # in sync comes with the lists; watches follow
-                await proxy.wait_for(is_stream, kinds)
-            # The streams only: a cross-check of an early stream may already be open, and
-            # it must get through.
-            watches = proxy.blackhole(is_stream)
-            assert watches == kinds
+                await server.wait_for_watches(lambda n: n >= kinds)
+            if http2:
+                assert server.traffic.h2_connections == proxy.connections == 1
+                assert proxy.blackhole(lambda target: True) == 1
+            else:
+                with trio.fail_after(HANG):
+                    await proxy.wait_for(is_stream, kinds)
+                # The streams only: a cross-check of an early stream may already be open,
+                # and it must get through.
+                assert proxy.blackhole(is_stream) == kinds
             started = time.monotonic()
             server.store.delete(K.NAMESPACE, "", "doomed")
             took = await deletion_arrives(client, PROFILE_KEY.format("doomed"), started)
-            print(f"kdd: stalled watch noticed, deletion delivered after {took:.2f}s "
-                  f"(deadline {DEADLINE}s)")
-            warnings = stall_warnings(caplog)
-            assert any(w.startswith("Watch of namespaces.core/v1 (felix/namespaces) stalled")
-                       for w in warnings), warnings
+            print(f"kdd ({'HTTP/2' if http2 else 'HTTP/1.1'}): stalled watch noticed, "
+                  f"deletion delivered after {took:.2f}s (deadline {DEADLINE}s)")
+            if http2:
+                (warning,) = warnings(caplog.records, "PING deadline")
+                assert warning.startswith(f"HTTP/2 connection to 127.0.0.1:{proxy.port} "
+                                          "broke, silent past its PING deadline")
+                assert server.traffic.h2_connections == 2  # every watch on the new one
+            else:
+                assert any(w.startswith("Watch of namespaces.core/v1 (felix/namespaces) "
+                                        "stalled") for w in stall_warnings(caplog))
             assert PROFILE_KEY.format("stays") in client.kvs
             ages = await watch_ages(daemon)
             assert "felix/namespaces" in ages and "felix/pods" in ages

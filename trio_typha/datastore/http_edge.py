@@ -1,5 +1,6 @@
-"""What the HTTP client edges share: the one place httpx's exceptions become a client's
-own (httpcore's ``map_exceptions``), and the TCP options of a watch's socket.
+"""What the HTTP client edges share: the one place httpx's (and the project's HTTP/2
+client's) exceptions become a client's own (httpcore's ``map_exceptions``), and the TCP
+options of a watch's socket.
 
 Each HTTP client edge (:mod:`.k8s_api`, :mod:`.etcd_client`) names its hierarchy as an
 :class:`ErrorFamily` and wraps every call into httpx with :func:`translated`; what leaves
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from ..h2client.shell import H2StreamError
 from .etcd_errors import EtcdTransportError
 from .k8s_errors import K8sTransportError
 
@@ -47,15 +49,16 @@ def describe(exc: BaseException) -> str:
 
 @contextmanager
 def translated(family: ErrorFamily) -> Iterator[None]:
-    """Re-raise httpx's exceptions (and the ``OSError``s, TLS ones included, that reach us
-    unwrapped) as ``family``'s, keeping the original as the cause."""
+    """Re-raise httpx's and the HTTP/2 client's exceptions (and the ``OSError``s, TLS ones
+    included, that reach us unwrapped) as ``family``'s, keeping the original as the
+    cause."""
     try:
         yield
     except httpx.TimeoutException as exc:
         raise family.timeout(brief(exc)) from exc
     except httpx.DecodingError as exc:
         raise family.malformed(brief(exc)) from exc
-    except (httpx.HTTPError, OSError) as exc:
+    except (httpx.HTTPError, H2StreamError, OSError) as exc:
         raise family.transport(brief(exc)) from exc
 
 

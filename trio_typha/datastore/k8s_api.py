@@ -1,23 +1,29 @@
-"""A small Kubernetes REST client on httpx: list pages, watch streams, API-group discovery.
+"""A small Kubernetes REST client: list pages, watch streams, API-group discovery.
 
-httpx's ``AsyncClient`` runs under trio (httpcore detects it) and speaks HTTP/1.1 here, so
-each kind's watch holds a connection of its own while lists reuse pooled ones.
-Authentication headers are refreshed periodically: service-account tokens are rotated on
-disk by the kubelet, and kubeconfig exec plugins mint short-lived tokens.
+While :meth:`KubeApi.run` runs (``async with KubeApi(...)`` starts it; the daemon starts it
+first thing), every request and watch goes over one HTTP/2 connection (:mod:`.k8s_h2`),
+its liveness checked by HTTP/2 PINGs, as client-go's.  A server that does not speak HTTP/2,
+a configured proxy, or ``http2=False`` gets httpx's ``AsyncClient`` (HTTP/1.1, under trio
+through httpcore), where each kind's watch holds a connection of its own and lists reuse
+pooled ones.  Authentication headers are refreshed periodically: service-account tokens
+are rotated on disk by the kubelet, and kubeconfig exec plugins mint short-lived tokens.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import trio
 
+from ..h2client.shell import H2Stream, Keepalive
 from ..model.jsonload import loads
 from ..model.kinds import ResourceKind
 from .http_edge import ErrorFamily, keepalive_socket_options, translated
@@ -30,6 +36,7 @@ from .k8s_errors import (
     MalformedResponse,
     StatusInfo,
 )
+from .k8s_h2 import Answer, FallBack, H2Link
 from .k8s_listbody import json_object, split_list
 from .k8s_stream import LineDecoder, WatchEvent, parse_watch_event
 from .stall import DEFAULT_DEADLINE
@@ -45,12 +52,16 @@ ERRORS = ErrorFamily(transport=K8sTransportError, timeout=K8sTimeout, malformed=
 def _status_error(response: httpx.Response) -> ApiError:
     """The :class:`ApiError` of a response with an error status (its body a
     ``metav1.Status``, or anything else: the reason phrase and the start of the text)."""
+    return status_error(response.request.method, response.request.url.path,
+                        response.status_code, response.reason_phrase, response.content)
+
+
+def status_error(method: str, path: str, code: int, reason: str, body: bytes) -> ApiError:
     try:
-        status = StatusInfo.from_object(loads(response.content))
+        status = StatusInfo.from_object(loads(body))
     except ValueError:
-        status = StatusInfo(response.status_code, response.reason_phrase, response.text[:200])
-    return ApiError(response.request.method, response.request.url.path, response.status_code,
-                    status)
+        status = StatusInfo(code, reason, body[:200].decode("utf-8", "replace"))
+    return ApiError(method, path, code, status)
 
 
 def client_options(config: KubeClientConfig) -> dict[str, Any]:
@@ -94,8 +105,19 @@ class KubeApi:
 
     def __init__(self, config: KubeClientConfig, *, request_timeout: float = 30.0,
                  auth_refresh_interval: float = 60.0,
-                 stall_deadline: float = DEFAULT_DEADLINE) -> None:
+                 stall_deadline: float = DEFAULT_DEADLINE, http2: bool = True) -> None:
         self.config = config
+        self.request_timeout = request_timeout
+        #: the shared HTTP/2 connection (None: HTTP/1.1 only, as with a proxy configured)
+        self.link: H2Link | None = None
+        if http2 and not config.proxy:
+            self.link = H2Link(
+                config.server,
+                ssl_context=build_ssl_context(config) if config.uses_tls else None,
+                server_hostname=config.tls_server_name,
+                keepalive=Keepalive.for_deadline(stall_deadline),
+                connect_timeout=request_timeout)
+        self._stack: AsyncExitStack | None = None
         self.auth_refresh_interval = auth_refresh_interval
         self._authorization = config.authorization
         self._refreshable = bool(config.token_file or config.refresh_authorization)
@@ -115,16 +137,73 @@ class KubeApi:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
 
     async def __aenter__(self) -> KubeApi:
+        if self.link is not None and not self.link.running:
+            self._stack = AsyncExitStack()
+            nursery = await self._stack.enter_async_context(trio.open_nursery())
+            await nursery.start(self.run)
+            self._stack.callback(nursery.cancel_scope.cancel)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host the shared HTTP/2 connection until cancelled; requests made while this
+        does not run go over HTTP/1.1."""
+        if self.link is None or self.link.running:
+            task_status.started()
+            return
+        await self.link.run(task_status=task_status)
+
     async def aclose(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
         await self._client.aclose()
+
+    def _h2(self) -> H2Link | None:
+        link = self.link
+        return link if link is not None and link.running else None
+
+    async def _h2_request(self, method: str, path: str, params: dict[str, str] | None,
+                          headers: dict[str, str], body: bytes | None = None
+                          ) -> Answer | None:
+        """The answer over the shared HTTP/2 connection; None when it is not in use (the
+        caller then asks over HTTP/1.1)."""
+        link = self._h2()
+        if link is None:
+            return None
+        try:
+            with translated(ERRORS), trio.fail_after(self.request_timeout):
+                return await link.request(method, _target(path, params), _h2_headers(headers),
+                                          body)
+        except FallBack:
+            return None
+        except trio.TooSlowError:
+            raise K8sTimeout(f"ReadTimeout: {method} {path} over HTTP/2") from None
+
+    @asynccontextmanager
+    async def _h2_stream(self, link: H2Link, path: str, params: dict[str, str],
+                         headers: dict[str, str]) -> AsyncIterator[tuple[H2Stream, int]]:
+        """A GET whose body is read as it comes (watches); raises :class:`FallBack`
+        before yielding when the server turns out not to speak HTTP/2."""
+        with translated(ERRORS):
+            async with link.exchange("GET", _target(path, params), _h2_headers(headers)
+                                     ) as (stream, status, _):
+                yield stream, status
+
+    def _check_answer(self, method: str, path: str, answer: Answer, *ok: int) -> None:
+        if answer.status not in ok:
+            self._note_rejection(answer.status)
+            raise status_error(method, path, answer.status, "", answer.body)
 
     async def _get_body(self, path: str, params: dict[str, str] | None) -> bytes:
         headers = await self._headers()
+        answer = await self._h2_request("GET", path, params, headers)
+        if answer is not None:
+            self._check_answer("GET", path, answer, 200)
+            return answer.body
         with translated(ERRORS):
             response = await self._client.get(path, params=params, headers=headers,
                                               extensions=self._extensions)
@@ -143,6 +222,12 @@ class KubeApi:
     async def write_json(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST/PUT ``body`` to ``path``; the object the server stored, or :class:`ApiError`."""
         headers = await self._headers()
+        answer = await self._h2_request(method, path, None,
+                                        {**headers, "Content-Type": "application/json"},
+                                        json.dumps(body).encode())
+        if answer is not None:
+            self._check_answer(method, path, answer, 200, 201)
+            return json_object(answer.body, f"{method} {path}")
         with translated(ERRORS):
             response = await self._client.request(method, path, json=body, headers=headers,
                                                   extensions=self._extensions)
@@ -201,9 +286,23 @@ class KubeApi:
         # (bookmarks come only once its revision moves), so its silence is judged by the
         # stall check and TCP keepalive (.stall), not a read timeout; with timeoutSeconds,
         # a silence past it is a dead peer.
+        headers = await self._headers()
+        link = self._h2()
+        if link is not None:
+            try:
+                async with self._h2_stream(link, resource_path(kind), params,
+                                           headers) as (stream, status):
+                    if status != 200:
+                        body = await _read_all(stream)
+                        self._note_rejection(status)
+                        raise status_error("GET", resource_path(kind), status, "", body)
+                    yield _WatchEvents(_h2_chunks(stream))
+                return
+            except FallBack:
+                pass  # the server speaks HTTP/1.1 only: as below
         read = None if timeout_seconds is None else timeout_seconds + 30.0
         request = self._client.build_request(
-            "GET", resource_path(kind), params=params, headers=await self._headers(),
+            "GET", resource_path(kind), params=params, headers=headers,
             extensions=self._extensions,
             timeout=httpx.Timeout(self._client.timeout.connect, read=read))
         with translated(ERRORS):
@@ -220,8 +319,9 @@ class KubeApi:
 
     async def changed_since(self, kind: ResourceKind, resource_version: str, *,
                             window: float) -> bool | None:
-        """Whether ``kind`` changed after ``resource_version``: a short watch from there on a
-        connection of its own (closed after), as a cross-check of a silent watch stream.
+        """Whether ``kind`` changed after ``resource_version``: a short watch from there (a
+        stream of the shared HTTP/2 connection, or over HTTP/1.1 a connection of its own,
+        closed after), as a cross-check of a silent watch stream.
 
         True when the server replays an event, False when none arrives within ``window``
         of the watch being accepted, None when the server could not tell (an error, a 410).
@@ -229,6 +329,19 @@ class KubeApi:
         """
         params = {"watch": "true", "resourceVersion": resource_version,
                   "timeoutSeconds": str(max(1, math.ceil(window)))}
+        link = self._h2()
+        if link is not None:
+            try:
+                async with self._h2_stream(link, resource_path(kind), params,
+                                           await self._headers()) as (stream, status):
+                    if status != 200:
+                        return None
+                    return await _replays(_WatchEvents(_h2_chunks(stream)), window)
+            except FallBack:
+                pass
+            except K8sError as exc:
+                log.debug("Cross-check of the %s watch failed: %s", kind, exc)
+                return None
         headers = {**await self._headers(), "Connection": "close"}
         request = self._client.build_request("GET", resource_path(kind), params=params,
                                              headers=headers, extensions=self._extensions)
@@ -238,14 +351,7 @@ class KubeApi:
             try:
                 if response.status_code != 200:
                     return None
-                events = _WatchEvents(response.aiter_bytes())
-                with trio.move_on_after(window):
-                    async for event in events:
-                        if event.type == "ERROR":
-                            return None
-                        if event.type != "BOOKMARK":
-                            return True
-                return False
+                return await _replays(_WatchEvents(response.aiter_bytes()), window)
             finally:
                 with translated(ERRORS):
                     await response.aclose()
@@ -277,6 +383,37 @@ class KubeApi:
     def _note_rejection(self, http_status: int) -> None:
         if http_status == 401 and self._refreshable:
             self._auth_due = -math.inf  # a rotated token: re-read it before the next request
+
+
+def _target(path: str, params: dict[str, str] | None) -> str:
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def _h2_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(b"user-agent", USER_AGENT.encode()),
+            *((k.lower().encode(), v.encode("latin-1")) for k, v in headers.items())]
+
+
+async def _h2_chunks(stream: H2Stream) -> AsyncIterator[bytes]:
+    while chunk := await stream.receive():
+        yield chunk
+
+
+async def _read_all(stream: H2Stream) -> bytes:
+    with translated(ERRORS):
+        return b"".join([chunk async for chunk in _h2_chunks(stream)])
+
+
+async def _replays(events: _WatchEvents, window: float) -> bool | None:
+    """A cross-check's verdict from its watch: True at the first replayed change, None for
+    an ERROR (a 410), False when ``window`` passes without either."""
+    with trio.move_on_after(window):
+        async for event in events:
+            if event.type == "ERROR":
+                return None
+            if event.type != "BOOKMARK":
+                return True
+    return False
 
 
 class _WatchEvents:
