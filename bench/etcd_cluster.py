@@ -44,29 +44,35 @@ async def load(client: Any, cluster: str, concurrency: int = 32) -> int:
 
 
 def churn(url: str, cluster: str, rate: float, seconds: float) -> int:
-    """Relabel random WorkloadEndpoints at ``rate`` writes/s (blocking; own process)."""
-    import httpx
+    """Relabel random WorkloadEndpoints at ``rate`` writes/s (blocking; own process), over
+    one gRPC connection to etcd."""
+    import trio
 
-    from trio_typha.datastore import etcd_gateway as gw
+    from trio_typha.datastore.etcd_client import EtcdClient
+    from trio_typha.datastore.etcd_config import EtcdConfig
     from trio_typha.datastore.etcd_layout import object_key
     from trio_typha.datastore.synthetic import SIZES
     size = SIZES[cluster]
     rng = random.Random(7)
-    writes = 0
     interval = 1.0 / rate
-    with httpx.Client(base_url=url, trust_env=False, timeout=10.0) as http:
-        start = deadline = time.monotonic()
-        while time.monotonic() - start < seconds:
-            obj = etcd_endpoint(rng.randrange(size.pods), size)
-            obj["metadata"]["labels"][CHURN_LABEL] = str(time.time_ns())
-            value = json.dumps(obj, separators=(",", ":")).encode()
-            http.post(gw.PUT_PATH, json=gw.put_request(object_key(obj).encode(), value))
-            writes += 1
-            deadline += interval
-            pause = deadline - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-    return writes
+
+    async def run() -> int:
+        writes = 0
+        async with EtcdClient(EtcdConfig(endpoints=(url,))) as client:
+            start = deadline = time.monotonic()
+            while time.monotonic() - start < seconds:
+                obj = etcd_endpoint(rng.randrange(size.pods), size)
+                obj["metadata"]["labels"][CHURN_LABEL] = str(time.time_ns())
+                value = json.dumps(obj, separators=(",", ":")).encode()
+                await client.put(object_key(obj).encode(), value)
+                writes += 1
+                deadline += interval
+                pause = deadline - time.monotonic()
+                if pause > 0:
+                    await trio.sleep(pause)
+        return writes
+
+    return trio.run(run)
 
 
 def main() -> None:

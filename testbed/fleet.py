@@ -67,8 +67,8 @@ from trio_typha.client.typha import (
     SyncStatusReceived,
     TyphaClient,
 )
+from trio_typha.grpcwire.status import GrpcError
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
-from trio_typha.protocols.grpc.status import GrpcError
 
 if TYPE_CHECKING:
     from .invariant import ExpectedKV

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trio_typha.datastore.etcd_gateway import KeyValue
+from trio_typha.datastore.etcd_rpc import KeyValue
 from trio_typha.model import validation
 from trio_typha.model.kinds import CALICO_V3_GROUP, ResourceKind
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate
@@ -366,33 +366,35 @@ def contents_from_etcd(kvs: Iterable[KeyValue]) -> DatastoreContents:
 
 def read_etcd(endpoint: str, *, page_size: int = 500, timeout: float = 10.0
               ) -> DatastoreContents:
-    """Range every watched kind's prefix at one revision over etcd's JSON gateway
-    (blocking; plain HTTP endpoints, as the tests' real etcd serves)."""
-    import json
+    """Range every watched kind's prefix at one revision over etcd's gRPC API (blocking:
+    its own trio loop, so a worker thread may call it; plain HTTP endpoints, as the tests'
+    real etcd serves)."""
+    import trio
 
-    import httpx
-
-    from trio_typha.datastore import etcd_gateway as gw
+    from trio_typha.datastore.etcd_client import EtcdClient
+    from trio_typha.datastore.etcd_config import EtcdConfig
     from trio_typha.datastore.etcd_layout import kind_prefix
+    from trio_typha.datastore.etcd_rpc import next_page_key, prefix_end
 
     prefixes = sorted({kind_prefix(k).encode() for k in watched_kinds(DatastoreMode.ETCD)})
-    kvs: list[KeyValue] = []
-    revision = 0
-    with httpx.Client(base_url=endpoint, timeout=timeout, trust_env=False) as http:
-        for prefix in prefixes:
-            start, end = prefix, gw.prefix_end(prefix)
-            while True:
-                body = gw.range_request(start, end, revision=revision, limit=page_size)
-                resp = http.post(gw.RANGE_PATH, content=json.dumps(body).encode())
-                payload = gw.parse_json(resp.content)
-                gw.check_error(payload)
-                page = gw.decode_range(payload)
-                revision = revision or page.header.revision
-                kvs.extend(page.kvs)
-                if not page.more or not page.kvs:
-                    break
-                start = gw.next_page_key(page.kvs[-1].key)
-    return contents_from_etcd(kvs)
+
+    async def read() -> list[KeyValue]:
+        kvs: list[KeyValue] = []
+        revision = 0
+        async with EtcdClient(EtcdConfig(endpoints=(endpoint,)),
+                              request_timeout=timeout) as client:
+            for prefix in prefixes:
+                start, end = prefix, prefix_end(prefix)
+                while True:
+                    page = await client.range(start, end, revision=revision, limit=page_size)
+                    revision = revision or page.header.revision
+                    kvs.extend(page.kvs)
+                    if not page.more or not page.kvs:
+                        break
+                    start = next_page_key(page.kvs[-1].key)
+        return kvs
+
+    return contents_from_etcd(trio.run(read))
 
 
 def read_memory(store: Any, *, mode: DatastoreMode = DatastoreMode.KDD,

@@ -3,7 +3,7 @@
 ``async with run_etcd(tmp_path) as etcd:`` starts ``/usr/bin/etcd`` (or ``$ETCD_BIN``), waits
 until it answers, and stops it afterwards.  The server can be killed (SIGKILL), frozen
 (SIGSTOP/SIGCONT) and started again on the same ports and data dir.  ``etcd.client()`` is a
-small gateway client for writing test data, including :meth:`EtcdClient.put_resource`,
+small gRPC client for writing test data, including :meth:`EtcdClient.put_resource`,
 which stores a Calico v3 object dict at its proper key, as calicoctl/libcalico would.
 
 With ``tls=True`` etcd serves https and requires client certificates (from a trustme CA);
@@ -28,8 +28,7 @@ from typing import Any
 import trio
 import trustme
 
-from trio_typha.datastore import etcd_gateway as gw
-from trio_typha.datastore.etcd_client import EtcdClient as GatewayClient
+from trio_typha.datastore.etcd_client import EtcdClient as GrpcClient
 from trio_typha.datastore.etcd_config import EtcdConfig
 from trio_typha.datastore.etcd_errors import EtcdError
 from trio_typha.datastore.etcd_layout import (
@@ -39,6 +38,7 @@ from trio_typha.datastore.etcd_layout import (
     object_key,
     resource_key,
 )
+from trio_typha.datastore.etcd_rpc import prefix_end
 from trio_typha.model.kinds import ResourceKind
 
 ETCD_BIN = os.environ.get("ETCD_BIN") or shutil.which("etcd") or "/usr/bin/etcd"
@@ -50,31 +50,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class EtcdClient(GatewayClient):
-    """The product's gateway client plus the writes and reads tests seed and check with."""
+class EtcdClient:
+    """The product's gRPC client plus the writes and reads tests seed and check with.
+
+    Each call runs on a connection of its own, so the client outlives the etcd restarts the
+    tests make under it (as the connection pool of an HTTP/1.1 client would)."""
+
+    def __init__(self, config: EtcdConfig, endpoint: str | None = None) -> None:
+        self.config = config
+        self.endpoint = endpoint or config.endpoints[0]
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[GrpcClient]:
+        async with GrpcClient(self.config, self.endpoint, request_timeout=5.0) as grpc:
+            yield grpc
 
     async def put(self, key: str, value: bytes | str) -> int:
         """Store ``value`` at ``key``; returns the new revision."""
         data = value.encode() if isinstance(value, str) else value
-        return gw.decode_header(await self.call(gw.PUT_PATH,
-                                                 gw.put_request(key.encode(), data))).revision
+        async with self.client() as grpc:
+            return (await grpc.put(key.encode(), data)).revision
 
     async def delete(self, key: str) -> int:
         """Delete ``key``; returns the revision after the call."""
-        return gw.decode_header(await self.call(gw.DELETE_RANGE_PATH,
-                                                 gw.delete_request(key.encode()))).revision
+        async with self.client() as grpc:
+            return (await grpc.delete(key.encode())).revision
 
     async def revision(self) -> int:
-        return gw.decode_status(await self.call(gw.STATUS_PATH, {})).revision
+        async with self.client() as grpc:
+            return (await grpc.status()).header.revision
 
     async def compact(self, revision: int) -> None:
         """Compact history up to ``revision`` (physically, so it is gone when this returns)."""
-        gw.decode_header(await self.call(gw.COMPACTION_PATH, gw.compaction_request(revision)))
+        async with self.client() as grpc:
+            await grpc.compact(revision)
 
     async def get_prefix(self, prefix: str) -> dict[str, bytes]:
         """Every key under ``prefix`` with its raw value."""
-        page = gw.decode_range(await self.call(gw.RANGE_PATH, gw.range_request(
-            prefix.encode(), gw.prefix_end(prefix.encode()))))
+        async with self.client() as grpc:
+            page = await grpc.range(prefix.encode(), prefix_end(prefix.encode()))
         return {kv.key.decode(): kv.value for kv in page.kvs}
 
     async def put_resource(self, obj: Mapping[str, Any]) -> int:
@@ -108,14 +128,20 @@ class EtcdClient(GatewayClient):
 
 
 class EtcdServer:
-    """One single-member etcd process and its data dir (see :func:`run_etcd`)."""
+    """One etcd process and its data dir: a single-member cluster (see :func:`run_etcd`), or
+    ``name`` in the cluster ``initial_cluster`` describes (see :func:`run_etcd_cluster`)."""
 
-    def __init__(self, workdir: Path, *, tls: bool = False) -> None:
+    def __init__(self, workdir: Path, *, tls: bool = False, name: str = "default",
+                 peer_port: int | None = None, initial_cluster: str = "",
+                 token: str = "") -> None:
         self.workdir = workdir
+        self.name = name
+        self.initial_cluster = initial_cluster
+        self.token = token
         self.data_dir = workdir / "data"
         self.log_path = workdir / "etcd.log"
         self.client_port = free_port()
-        self.peer_port = free_port()
+        self.peer_port = peer_port or free_port()
         self.tls = tls
         self.process: trio.Process | None = None
         # etcd logs to log_path; this catches what it prints before its logger is set up.
@@ -146,13 +172,14 @@ class EtcdServer:
         peer = f"http://127.0.0.1:{self.peer_port}"
         # The token only matters when a data dir is created; a fresh one per data dir gives
         # every (re)created cluster its own cluster id, as distinct real clusters have.
-        token = f"test-{uuid.uuid4()}"
+        token = self.token or f"test-{uuid.uuid4()}"
         args = [
-            ETCD_BIN, "--name", "default", "--data-dir", str(self.data_dir),
+            ETCD_BIN, "--name", self.name, "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"default={peer}", "--initial-cluster-token", token,
-            # A single member: short timeouts make (re)election after a restart quick.
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
+            "--initial-cluster-token", token,
+            # Short timeouts make (re)election after a restart quick.
             "--heartbeat-interval", "20", "--election-timeout", "200",
             "--logger", "zap", "--log-outputs", str(self.log_path), "--log-level", "warn",
         ]
@@ -167,9 +194,17 @@ class EtcdServer:
 
     async def start(self) -> None:
         """Start etcd (again, on the same ports and data) and wait until it answers."""
+        await self.launch()
+        await self.wait_ready()
+
+    async def launch(self) -> None:
+        """Start the process only (a cluster member answers once a quorum is up)."""
         assert self.process is None, "etcd already running"
         self.process = await trio.lowlevel.open_process(
             self._args(), stdout=self._output, stderr=subprocess.STDOUT)
+
+    async def wait_ready(self) -> None:
+        assert self.process is not None
         with trio.fail_after(30):
             while True:
                 if self.process.poll() is not None:
@@ -237,3 +272,30 @@ async def run_etcd(workdir: Path | None = None, *, tls: bool = False
             with trio.CancelScope(shield=True):
                 await server.stop()
             server.close()
+
+
+@asynccontextmanager
+async def run_etcd_cluster(workdir: Path, members: int = 3) -> AsyncIterator[list[EtcdServer]]:
+    """Run a fresh ``members``-member etcd cluster (plain HTTP) for the block."""
+    peers = {f"m{i}": free_port() for i in range(members)}
+    cluster = ",".join(f"{name}=http://127.0.0.1:{port}" for name, port in peers.items())
+    token = f"test-{uuid.uuid4()}"
+    with tempfile.TemporaryDirectory(prefix="etcd-cluster-", dir=workdir) as tmp:
+        servers = []
+        for name, port in peers.items():
+            (Path(tmp) / name).mkdir()
+            servers.append(EtcdServer(Path(tmp) / name, name=name, peer_port=port,
+                                      initial_cluster=cluster, token=token))
+        try:
+            for server in servers:
+                await server.launch()
+            for server in servers:
+                await server.wait_ready()
+            yield servers
+        finally:
+            with trio.CancelScope(shield=True):
+                for server in servers:
+                    if server.process is not None:
+                        server.process.send_signal(signal.SIGCONT)
+                    await server.stop()
+                    server.close()

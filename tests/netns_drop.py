@@ -92,7 +92,7 @@ async def scenario(which: str, quiet: bool, workdir: Path,
             await c.put_resource(gnp("doomed"))
             # Only the kernel (keepalive) or the cross-check can notice: no request timeout,
             # no keepalive request, within the test's time.
-            ds = EtcdDatastore(etcd.config, stall_deadline=DEADLINE, keepalive_interval=3600,
+            ds = EtcdDatastore(etcd.config, stall_deadline=DEADLINE,
                                request_timeout=120, backoff_initial=0.05, backoff_max=0.2)
             async with felix_daemon(ds) as (_, client):
                 ports = own_client_ports(etcd.client_port)

@@ -1,11 +1,12 @@
-"""Regenerate the protobuf module of the gRPC service from proto/typha.proto.
+"""Regenerate the protobuf modules from proto/: typha.proto (the Sync service) and
+etcd.proto (the slice of etcd's API the etcd datastore speaks).
 
-    .venv/bin/python tools/gen_proto.py           # rewrite trio_typha/protocols/grpc/typha_pb2.py(i)
+    .venv/bin/python tools/gen_proto.py           # rewrite every <name>_pb2.py(i)
     .venv/bin/python tools/gen_proto.py --check   # exit 1 if the checked-in files are stale
 
-The output depends only on the .proto file and the grpcio-tools (protoc) version, so the
-check is exact.  Only message code is generated: the server speaks HTTP/2 itself, and
-gRPC client stubs are a client's business (tests generate theirs into a temp dir).
+The output depends only on the .proto files and the grpcio-tools (protoc) version, so the
+check is exact.  Only message code is generated: both ends speak HTTP/2 themselves, and
+gRPC stubs are a test's business (tests generate theirs into a temp dir).
 """
 
 from __future__ import annotations
@@ -17,28 +18,36 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-PROTO_FILE = "typha.proto"
-OUT_DIR = ROOT / "trio_typha" / "protocols" / "grpc"
-GENERATED = ("typha_pb2.py", "typha_pb2.pyi")
+#: Each .proto file and the package directory its modules go to.
+PROTOS = {"typha.proto": ROOT / "trio_typha" / "protocols" / "grpc",
+          "etcd.proto": ROOT / "trio_typha" / "datastore"}
 
 
-def generate(out_dir: Path) -> None:
-    """Run grpcio-tools' protoc on proto/typha.proto, writing into ``out_dir``."""
+def generated(proto: str) -> tuple[str, str]:
+    stem = proto.removesuffix(".proto")
+    return f"{stem}_pb2.py", f"{stem}_pb2.pyi"
+
+
+def generate(proto: str, out_dir: Path) -> None:
+    """Run grpcio-tools' protoc on proto/``proto``, writing into ``out_dir``."""
     from grpc_tools import protoc  # test-only dependency, imported on use
 
     args = ["protoc", f"-I{PROTO_DIR}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
-            str(PROTO_DIR / PROTO_FILE)]
+            str(PROTO_DIR / proto)]
     if protoc.main(args) != 0:
-        raise RuntimeError(f"protoc failed on {PROTO_DIR / PROTO_FILE}")
+        raise RuntimeError(f"protoc failed on {PROTO_DIR / proto}")
 
 
-def stale_files() -> list[str]:
-    """Names of the checked-in generated files that differ from a fresh generation."""
+def stale_files() -> list[Path]:
+    """The checked-in generated files that differ from a fresh generation."""
+    stale = []
     with tempfile.TemporaryDirectory() as tmp:
-        generate(Path(tmp))
-        return [name for name in GENERATED
-                if not (OUT_DIR / name).exists()
-                or (Path(tmp) / name).read_bytes() != (OUT_DIR / name).read_bytes()]
+        for proto, out_dir in PROTOS.items():
+            generate(proto, Path(tmp))
+            stale += [out_dir / name for name in generated(proto)
+                      if not (out_dir / name).exists()
+                      or (Path(tmp) / name).read_bytes() != (out_dir / name).read_bytes()]
+    return stale
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,10 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         stale = stale_files()
-        for name in stale:
-            print(f"stale: {OUT_DIR / name} (run tools/gen_proto.py)", file=sys.stderr)
+        for path in stale:
+            print(f"stale: {path} (run tools/gen_proto.py)", file=sys.stderr)
         return 1 if stale else 0
-    generate(OUT_DIR)
+    for proto, out_dir in PROTOS.items():
+        generate(proto, out_dir)
     return 0
 
 

@@ -292,7 +292,7 @@ class Backend(Protocol):
 
 
 class EtcdBackend:
-    """A real etcd; the replica watches it over its JSON gateway through the proxy."""
+    """A real etcd; the replica watches it over its gRPC API through the proxy."""
 
     name = "etcd"
     write_errors = (EtcdError,)

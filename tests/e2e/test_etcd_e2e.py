@@ -106,7 +106,7 @@ async def test_v3_resources_updates_and_deletes_reach_each_syncers_client(
         if injected:
             cfg = daemon_config(DatastoreType="etcdv3")
             ds: EtcdDatastore | None = EtcdDatastore(
-                etcd.config, keepalive_interval=1.0, backoff_initial=0.05, backoff_max=0.5)
+                etcd.config, backoff_initial=0.05, backoff_max=0.5)
         else:
             cfg = daemon_config({"TYPHA_DATASTORETYPE": "etcdv3",
                                  "TYPHA_ETCDENDPOINTS": etcd.url})

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.datastore import etcd_pb2 as pb
+from trio_typha.datastore import etcd_rpc as rpc
+from trio_typha.datastore.etcd_errors import EtcdProtocolError, EtcdServerError
 from trio_typha.datastore.etcd_state import EtcdSyncState
 from trio_typha.datastore.events import ResourceEvent
 from trio_typha.datastore.k8s_errors import MalformedResponse
@@ -15,14 +17,14 @@ from trio_typha.datastore.k8s_listbody import split_list
 from trio_typha.datastore.k8s_profile_watch import ProfileStamps
 from trio_typha.datastore.k8s_reflector import KindReflector, WatchErrorEvent
 from trio_typha.datastore.k8s_stream import LineDecoder, parse_watch_event
+from trio_typha.grpcwire.framing import FramingError, MessageDecoder, frame_message
+from trio_typha.grpcwire.status import StatusCode
 from trio_typha.model import kinds as K
 from trio_typha.model.syncers import DatastoreMode, SyncerDefinition, syncer_definition
 from trio_typha.protocols.gob.codec import NEED_DATA, Decoder, GobError
 from trio_typha.protocols.gob.messages import ENVELOPE, REGISTRY
 from trio_typha.protocols.gob.session import ServerSession
-from trio_typha.protocols.grpc.framing import FramingError, MessageDecoder
 from trio_typha.protocols.grpc.h2conn import ConnectionState, H2Core, StreamGone
-from trio_typha.protocols.grpc.status import StatusCode
 from trio_typha.sessions.settings import ServerSettings
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -141,27 +143,27 @@ def kdd_list(data: bytes) -> None:
 
 
 def etcd_watch_stream(data: bytes) -> None:
-    """etcd's gateway watch stream: each line a watch message, applied to the sync state."""
+    """etcd's Watch stream: gRPC-framed WatchResponse messages, in pieces, applied to the
+    sync state."""
     state = EtcdSyncState(_ETCD_KINDS)
-    decoder = LineDecoder(max_line=4096)
+    decoder = MessageDecoder(1 << 16)
     try:
         for piece in _pieces(data):
-            for line in decoder.feed(piece):
-                if line.strip():
-                    _convert(DatastoreMode.ETCD,
-                             list(state.watched(gw.decode_watch_message(line))))
-    except (gw.EtcdProtocolError, gw.EtcdGatewayError, MalformedResponse):
+            for message in decoder.feed(piece):
+                _convert(DatastoreMode.ETCD,
+                         list(state.watched(rpc.decode_watch_response(message))))
+    except (EtcdProtocolError, EtcdServerError, FramingError):
         pass
 
 
 def etcd_range(data: bytes) -> None:
-    """An etcd range reply listed as each kind's objects."""
+    """An etcd RangeResponse listed as each kind's objects."""
     state = EtcdSyncState(_ETCD_KINDS)
     try:
-        page = gw.decode_range(gw.parse_json(data))
+        page = rpc.decode_range(data)
         for kind in _ETCD_KINDS:
             _convert(DatastoreMode.ETCD, state.listed(kind, page.kvs, page.header))
-    except (gw.EtcdProtocolError, gw.EtcdGatewayError):
+    except (EtcdProtocolError, EtcdServerError):
         pass
 
 
@@ -209,30 +211,25 @@ def _kdd_watch_lines() -> bytes:
     return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
 
 
-def _etcd_lines() -> bytes:
-    import base64
-    import json
-
-    def b64(b: bytes) -> str:
-        return base64.b64encode(b).decode()
-
+def _etcd_responses() -> list[pb.WatchResponse]:
     gnp = b'{"kind":"GlobalNetworkPolicy","metadata":{"name":"p"},"spec":{"order":1}}'
     key = b"/calico/resources/v3/projectcalico.org/globalnetworkpolicies/p"
-    events = [{"kv": {"key": b64(key), "value": b64(gnp), "mod_revision": "5"}},
-              {"type": "DELETE", "kv": {"key": b64(key), "mod_revision": "6"}}]
-    return b"".join(json.dumps(x).encode() + b"\n" for x in [
-        {"result": {"header": {"revision": "4"}, "created": True}},
-        {"result": {"header": {"revision": "6"}, "events": events}},
-        {"error": {"grpc_code": 11, "message": "compacted"}}])
+    events = [pb.Event(kv=pb.KeyValue(key=key, value=gnp, mod_revision=5)),
+              pb.Event(type=pb.Event.DELETE, kv=pb.KeyValue(key=key, mod_revision=6))]
+    return [pb.WatchResponse(header=pb.ResponseHeader(revision=4), created=True),
+            pb.WatchResponse(header=pb.ResponseHeader(revision=6), events=events),
+            pb.WatchResponse(header=pb.ResponseHeader(revision=6), watch_id=-1),
+            pb.WatchResponse(canceled=True, compact_revision=3)]
+
+
+def _etcd_lines() -> bytes:
+    return b"".join(frame_message(m.SerializeToString()) for m in _etcd_responses())
 
 
 def _etcd_range_reply() -> bytes:
-    first = _etcd_lines().split(b"\n")[1]
-    import json
-
-    result = json.loads(first)["result"]
-    return json.dumps({"header": result["header"], "kvs": [result["events"][0]["kv"]],
-                       "more": False, "count": "1"}).encode()
+    created, with_events = _etcd_responses()[:2]
+    return pb.RangeResponse(header=with_events.header, kvs=[with_events.events[0].kv],
+                            count=1).SerializeToString()
 
 
 def seeds(name: str) -> list[bytes]:

@@ -18,7 +18,7 @@ import trio
 
 from trio_typha.datastore.etcd_client import EtcdClient
 from trio_typha.datastore.etcd_config import EtcdConfig
-from trio_typha.datastore.etcd_errors import EtcdGatewayError, EtcdTransportError
+from trio_typha.datastore.etcd_errors import EtcdTransportError
 from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import KubeClientConfig
 from trio_typha.datastore.k8s_errors import (
@@ -27,6 +27,7 @@ from trio_typha.datastore.k8s_errors import (
     K8sTransportError,
     MalformedResponse,
 )
+from trio_typha.h2client.shell import H2ConnectionError
 from trio_typha.model import kinds as K
 
 Reply = Callable[[trio.SocketStream], Awaitable[None]]
@@ -134,26 +135,15 @@ async def test_watch_cut_mid_stream_is_a_k8s_transport_error() -> None:
 
 async def test_etcd_refused_connection_is_an_etcd_transport_error() -> None:
     endpoint = f"http://127.0.0.1:{dead_port()}"
-    async with EtcdClient(EtcdConfig(endpoints=(endpoint,))) as client:
-        with pytest.raises(EtcdTransportError, match="^ConnectError: ") as info:
-            await client.call("/v3/maintenance/status", {})
-    assert isinstance(info.value.__cause__, httpx.ConnectError)
+    with pytest.raises(EtcdTransportError, match="^H2ConnectionError: connect to ") as info:
+        async with EtcdClient(EtcdConfig(endpoints=(endpoint,))):
+            pass
+    assert isinstance(info.value.__cause__, H2ConnectionError)
 
 
-async def test_etcd_error_status_is_a_gateway_error() -> None:
+async def test_etcd_peer_that_is_not_http2_is_an_etcd_transport_error() -> None:
+    # An HTTP/1.1 server answers our connection preface with a status line: not HTTP/2.
     async with peer(canned("500 Internal Server Error", b"oops", "text/plain")) as url, \
             EtcdClient(EtcdConfig(endpoints=(url,))) as client:
-        with pytest.raises(EtcdGatewayError, match="HTTP 500 from /v3/kv/range"):
-            await client.call("/v3/kv/range", {})
-
-
-async def test_etcd_gateway_error_body_is_etcds_own_message() -> None:
-    body = b'{"error":"etcdserver: mvcc: required revision has been compacted",' \
-           b'"code":11,"message":"etcdserver: mvcc: required revision has been compacted"}'
-    async with peer(canned("400 Bad Request", body)) as url, \
-            EtcdClient(EtcdConfig(endpoints=(url,))) as client:
-        with pytest.raises(EtcdGatewayError) as info:
-            async with client.watch({"create_request": {}}) as lines:
-                async for _ in lines:
-                    pass
-    assert info.value.compacted
+        with pytest.raises(EtcdTransportError, match="protocol error|closed"):
+            await client.status()

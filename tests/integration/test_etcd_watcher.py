@@ -141,7 +141,7 @@ async def test_survives_sigkill_and_restart(tmp_path: Path,
         for i in range(5):
             await c.put_resource(gnp(f"g{i}"))
         async with trio.open_nursery() as nursery:
-            rec = await start_watcher(nursery, etcd.config, keepalive_interval=0.5,
+            rec = await start_watcher(nursery, etcd.config,
                                       request_timeout=2.0)
             await rec.wait_synced()
             await rec.wait_matches(c)
@@ -217,16 +217,16 @@ async def test_compaction_past_the_watcher_relists_only_differences(tmp_path: Pa
             nursery.cancel_scope.cancel()
 
 
-async def test_frozen_etcd_is_noticed_by_the_keepalive(tmp_path: Path) -> None:
+async def test_frozen_etcd_is_noticed_by_the_ping_keepalive(tmp_path: Path) -> None:
     async with run_etcd(tmp_path) as etcd, etcd.client() as c:
         await c.put_resource(gnp("a"))
         async with trio.open_nursery() as nursery:
-            rec = await start_watcher(nursery, etcd.config, keepalive_interval=0.1,
+            rec = await start_watcher(nursery, etcd.config, stall_deadline=0.5,
                                       request_timeout=0.5)
             await rec.wait_synced()
             await c.put_resource(gnp("seen-by-the-watch"))
             await rec.wait_matches(c)  # so the watch stream is up when etcd freezes
-            etcd.freeze()  # sockets stay open, nothing answers: only the probe can tell
+            etcd.freeze()  # sockets stay open, nothing answers: only the PING can tell
             try:
                 await rec.wait_for(lambda: rec.connections()[-1:] == [False])
             finally:

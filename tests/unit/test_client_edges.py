@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.source_scan import PACKAGE_ROOT, Source, sources
-from trio_typha.datastore import etcd_client, k8s_api
+from trio_typha.datastore import k8s_api
 from trio_typha.datastore.etcd_errors import (
     EtcdError,
     EtcdProtocolError,
@@ -36,7 +36,6 @@ from trio_typha.datastore.k8s_errors import (
 EDGES = {
     "datastore/http_edge.py": "the one map from httpx's exceptions to a client's own",
     "datastore/k8s_api.py": "the Kubernetes API client",
-    "datastore/etcd_client.py": "the etcd gateway client",
     "cli.py": "`connections`: one GET per replica, each failure printed as it happens",
 }
 
@@ -62,7 +61,7 @@ def test_the_scan_sees_a_function_level_import() -> None:
     assert _names_httpx(source("def f(c):\n    return c\nx = httpx\n")) == [3]
 
 
-FAMILIES = [(k8s_api.ERRORS, K8sError), (etcd_client.ERRORS, EtcdError)]
+FAMILIES = [(k8s_api.ERRORS, K8sError)]
 
 
 @pytest.mark.parametrize(("family", "base"), FAMILIES)

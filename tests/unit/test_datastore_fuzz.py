@@ -1,10 +1,10 @@
 """Fuzzing the datastore decoders: whatever a datastore sends is events or our own error.
 
 The Kubernetes watch and list decoders (``k8s_stream``, ``k8s_listbody``, the reflector) and
-etcd's gateway decoders (``etcd_gateway``, ``etcd_state``) are fed generated documents of
-every shape, the objects in them converted by the felix syncer of that datastore: each
+etcd's decoders (``etcd_rpc``, ``etcd_state``) generated protobuf messages and raw bytes
+of every shape, the objects in them converted by the felix syncer of that datastore: each
 input ends in events, or in :class:`MalformedResponse` / :class:`WatchErrorEvent` (KDD) or
-:class:`EtcdProtocolError` / :class:`EtcdGatewayError` (etcd), which the watch loops answer
+:class:`EtcdProtocolError` / :class:`EtcdServerError` (etcd), which the watch loops answer
 with one warning and a relist or a new watch (tests/integration/test_kdd_malformed_events.py).
 Any other exception would end the process.  The same targets run coverage-guided under
 atheris (tests/fuzz/targets.py).
@@ -12,7 +12,6 @@ atheris (tests/fuzz/targets.py).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 from typing import Any
@@ -22,7 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz import targets
-from trio_typha.datastore import etcd_gateway as gw
+from trio_typha.datastore import etcd_pb2 as pb
+from trio_typha.datastore import etcd_rpc as rpc
+from trio_typha.datastore.etcd_errors import EtcdProtocolError, EtcdServerError
 from trio_typha.datastore.etcd_state import EtcdSyncState
 from trio_typha.datastore.events import DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.k8s_errors import MalformedResponse, StatusInfo
@@ -111,55 +112,47 @@ def test_kdd_list_items_are_events_or_our_error(items: list[Any], list_md: Any) 
         pass
 
 
-def _b64(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    return value
-
-
 etcd_values = (objects.map(lambda o: json.dumps(o).encode()) | st.binary(max_size=40))
 etcd_keys = st.sampled_from([
     b"/calico/resources/v3/projectcalico.org/globalnetworkpolicies/p",
     b"/calico/resources/v3/projectcalico.org/workloadendpoints/ns/n-k8s-p-eth0",
     b"/calico/resources/v3/projectcalico.org/profiles/kns.a",
     b"/calico/ipam/v2/assignment/ipv4/block/10.0.0.0-26", b"/elsewhere"]) | st.binary(max_size=20)
-kvs = st.fixed_dictionaries({}, optional={
-    "key": etcd_keys.map(_b64) | json_values, "value": etcd_values.map(_b64) | json_values,
-    "mod_revision": st.sampled_from(["5", "6", 7]) | json_values,
-    "create_revision": st.just("2") | json_values})
-etcd_events = st.fixed_dictionaries({"kv": kvs | json_values}, optional={
-    "type": st.sampled_from(["PUT", "DELETE", "OTHER"]) | json_values})
-headers = st.fixed_dictionaries({}, optional={"revision": st.just("9") | json_values,
-                                              "cluster_id": json_values}) | json_values
+revisions = st.integers(-2**63, 2**63 - 1)
+kvs = st.builds(pb.KeyValue, key=etcd_keys, value=etcd_values, mod_revision=revisions,
+                create_revision=revisions)
+# Event types past DELETE are what a newer etcd could send (proto3 enums are open).
+etcd_events = st.builds(pb.Event, type=st.integers(0, 3), kv=kvs)
+headers = st.builds(pb.ResponseHeader, revision=revisions,
+                    cluster_id=st.integers(0, 2**64 - 1))
+watch_responses = st.builds(
+    pb.WatchResponse, header=headers, watch_id=st.integers(-1, 3),
+    created=st.booleans(), canceled=st.booleans(), compact_revision=revisions,
+    events=st.lists(etcd_events, max_size=3)).map(lambda m: m.SerializeToString())
 ETCD_KINDS = tuple(K.calico_kind(k) for k in ("GlobalNetworkPolicy", "WorkloadEndpoint",
                                                "Profile", "IPAMBlock"))
 
 
 @FUZZ
-@given(st.lists(st.fixed_dictionaries({}, optional={
-    "result": st.fixed_dictionaries({}, optional={
-        "header": headers, "events": st.lists(etcd_events, max_size=3) | json_values,
-        "created": st.booleans() | json_values, "compact_revision": json_values})
-    | json_values, "error": json_values}) | json_values, max_size=4))
-def test_etcd_watch_messages_are_events_or_our_error(messages: list[Any]) -> None:
+@given(st.lists(watch_responses | st.binary(max_size=60), max_size=4))
+def test_etcd_watch_messages_are_events_or_our_error(messages: list[bytes]) -> None:
     state = EtcdSyncState(ETCD_KINDS)
     for message in messages:
         try:
-            _converted(ETCD_FELIX,
-                       list(state.watched(gw.decode_watch_message(json.dumps(message)))))
-        except (gw.EtcdProtocolError, gw.EtcdGatewayError):
+            _converted(ETCD_FELIX, list(state.watched(rpc.decode_watch_response(message))))
+        except (EtcdProtocolError, EtcdServerError):
             continue
 
 
 @FUZZ
-@given(st.fixed_dictionaries({}, optional={"header": headers,
-                                           "kvs": st.lists(kvs | json_values, max_size=4),
-                                           "more": json_values}) | json_values)
-def test_etcd_ranges_are_events_or_our_error(reply: Any) -> None:
+@given(st.builds(pb.RangeResponse, header=headers, kvs=st.lists(kvs, max_size=4),
+                 more=st.booleans()).map(lambda m: m.SerializeToString())
+       | st.binary(max_size=80))
+def test_etcd_ranges_are_events_or_our_error(reply: bytes) -> None:
     state = EtcdSyncState(ETCD_KINDS)
     try:
-        page = gw.decode_range(gw.parse_json(json.dumps(reply)))
-    except (gw.EtcdProtocolError, gw.EtcdGatewayError):
+        page = rpc.decode_range(reply)
+    except (EtcdProtocolError, EtcdServerError):
         return
     for kind in ETCD_KINDS:
         _converted(ETCD_FELIX, state.listed(kind, page.kvs, page.header))
@@ -209,20 +202,19 @@ def test_odd_error_events_still_read_as_a_status() -> None:
     assert status.expired and status.causes == ("R",)
 
 
-@pytest.mark.parametrize("decode", [gw.parse_json, lambda b: gw.decode_watch_message(b)])
-def test_etcd_deep_nesting_is_our_error(decode: Any) -> None:
-    with pytest.raises(gw.EtcdProtocolError, match="not JSON"):
-        decode(DEEP)
+def test_etcd_truncated_message_is_our_error() -> None:
+    whole = pb.WatchResponse(events=[pb.Event(kv=pb.KeyValue(key=b"/k", value=b"v" * 50))])
+    with pytest.raises(EtcdProtocolError, match="not a valid message"):
+        rpc.decode_watch_response(whole.SerializeToString()[:-10])
 
 
 def test_etcd_values_nested_too_deeply_are_skipped_with_a_warning(
         caplog: pytest.LogCaptureFixture) -> None:
     key = b"/calico/resources/v3/projectcalico.org/globalnetworkpolicies/p"
-    message = {"result": {"header": {"revision": "5"}, "events": [
-        {"kv": {"key": _b64(key), "value": _b64(b'{"spec":' + DEEP + b"}"),
-                "mod_revision": "5"}}]}}
+    message = pb.WatchResponse(header=pb.ResponseHeader(revision=5), events=[
+        pb.Event(kv=pb.KeyValue(key=key, value=b'{"spec":' + DEEP + b"}", mod_revision=5))])
     state = EtcdSyncState(ETCD_KINDS)
-    assert state.watched(gw.decode_watch_message(json.dumps(message))) == []
+    assert state.watched(rpc.decode_watch_response(message.SerializeToString())) == []
     assert "Skipping etcd key /calico/resources/v3/projectcalico.org/globalnetworkpolicies/p" \
         in caplog.text and "nested too deeply" in caplog.text
 

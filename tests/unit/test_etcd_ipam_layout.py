@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from trio_typha.datastore.base import KindSynced, ResourceEvent
-from trio_typha.datastore.etcd_gateway import Header, KeyValue, WatchEvent, WatchResponse
 from trio_typha.datastore.etcd_layout import (
     KeyParser,
     decode_resource,
@@ -19,6 +18,7 @@ from trio_typha.datastore.etcd_layout import (
     resource_key,
     watch_span,
 )
+from trio_typha.datastore.etcd_rpc import Header, KeyValue, WatchEvent, WatchResponse
 from trio_typha.datastore.etcd_state import EtcdSyncState
 from trio_typha.model import kinds as K
 from trio_typha.model.syncers import DatastoreMode, syncer_definition

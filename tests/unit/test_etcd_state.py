@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_typha.datastore.base import KindSynced, ResourceEvent
-from trio_typha.datastore.etcd_gateway import Header, KeyValue, WatchEvent, WatchResponse
 from trio_typha.datastore.etcd_layout import resource_key
+from trio_typha.datastore.etcd_rpc import Header, KeyValue, WatchEvent, WatchResponse
 from trio_typha.datastore.etcd_state import EtcdSyncState
 from trio_typha.model import kinds as K
 

@@ -7,6 +7,8 @@ import h2.connection
 import h2.events
 import pytest
 
+from trio_typha.grpcwire.framing import MessageDecoder
+from trio_typha.grpcwire.status import GrpcError, StatusCode
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.grpc import encode_once
 from trio_typha.protocols.grpc import typha_pb2 as pb
@@ -17,8 +19,6 @@ from trio_typha.protocols.grpc.client_session import (
     StatusChanged,
     Updates,
 )
-from trio_typha.protocols.grpc.framing import MessageDecoder
-from trio_typha.protocols.grpc.status import GrpcError, StatusCode
 
 
 class Server:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_typha.protocols.grpc.framing import FramingError, MessageDecoder, frame_message
-from trio_typha.protocols.grpc.status import StatusCode
+from trio_typha.grpcwire.framing import FramingError, MessageDecoder, frame_message
+from trio_typha.grpcwire.status import StatusCode
 
 payloads = st.lists(st.binary(max_size=300), max_size=12)
 

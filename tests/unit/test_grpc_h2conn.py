@@ -11,8 +11,9 @@ import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
+from trio_typha.grpcwire.framing import frame_message
+from trio_typha.grpcwire.status import StatusCode
 from trio_typha.protocols.grpc import h2conn
-from trio_typha.protocols.grpc.framing import frame_message
 from trio_typha.protocols.grpc.h2conn import (
     ConnectionEnded,
     ConnectionState,
@@ -24,7 +25,6 @@ from trio_typha.protocols.grpc.h2conn import (
     StreamGone,
     StreamReset,
 )
-from trio_typha.protocols.grpc.status import StatusCode
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/typha.v1.Sync/Sync"),
            (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]

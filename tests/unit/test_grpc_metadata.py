@@ -6,18 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trio_typha.grpcwire.status import (
+    GrpcError,
+    StatusCode,
+    decode_grpc_message,
+    encode_grpc_message,
+)
 from trio_typha.protocols.grpc.metadata import (
     HttpError,
     parse_request,
     parse_timeout,
     trailers,
     trailers_only,
-)
-from trio_typha.protocols.grpc.status import (
-    GrpcError,
-    StatusCode,
-    decode_grpc_message,
-    encode_grpc_message,
 )
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from trio_typha.cache.core import SnapshotCache
+from trio_typha.grpcwire.framing import MessageDecoder
+from trio_typha.grpcwire.status import GrpcError, StatusCode
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 from trio_typha.protocols.grpc import encode_once
 from trio_typha.protocols.grpc import typha_pb2 as pb
-from trio_typha.protocols.grpc.framing import MessageDecoder
 from trio_typha.protocols.grpc.session import Phase, SyncSession
-from trio_typha.protocols.grpc.status import GrpcError, StatusCode
 from trio_typha.sessions.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]

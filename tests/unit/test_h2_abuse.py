@@ -19,9 +19,10 @@ from hyperframe.frame import (
 )
 from test_grpc_h2conn import REQUEST, Pair, frames
 
+from trio_typha.grpcwire.framing import frame_message
+from trio_typha.grpcwire.status import StatusCode
 from trio_typha.observe.throttle import LogThrottle
 from trio_typha.protocols.grpc.abuse import DEFAULT_BUDGETS, Flood, FloodGuard
-from trio_typha.protocols.grpc.framing import frame_message
 from trio_typha.protocols.grpc.h2conn import (
     MAX_HEADER_LIST_SIZE,
     ConnectionEnded,
@@ -30,7 +31,6 @@ from trio_typha.protocols.grpc.h2conn import (
     RequestReceived,
     StreamReset,
 )
-from trio_typha.protocols.grpc.status import StatusCode
 from trio_typha.sessions.budgets import Account, SharedBudgets
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -151,9 +151,9 @@ def test_acked_ping_keeps_the_connection() -> None:
     assert p.client.tick(42.0) == [] and not p.client.closed
 
 
-def test_for_deadline_splits_like_go() -> None:
+def test_for_deadline_gives_up_at_three_quarters_of_it() -> None:
     ka = Keepalive.for_deadline(40.0)
-    assert (ka.idle, ka.timeout) == (30.0, 10.0)
+    assert (ka.idle, ka.timeout) == (20.0, 10.0)
 
 
 def test_goaway_refuses_streams_the_server_never_saw() -> None:

@@ -25,7 +25,7 @@ from testbed.invariant import (
 from trio_typha.cache.core import SnapshotCache
 from trio_typha.client.view import SyncView
 from trio_typha.datastore.base import ResourceEvent
-from trio_typha.datastore.etcd_gateway import KeyValue
+from trio_typha.datastore.etcd_rpc import KeyValue
 from trio_typha.model import kinds as K
 from trio_typha.model import validation
 from trio_typha.model.kv import SYNCER_TYPES, SerializedUpdate

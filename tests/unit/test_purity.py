@@ -62,6 +62,7 @@ PURE_PACKAGES = ("trio_typha.model",)
 #: Generated modules, which cannot carry the marker (their generator's output is checked
 #: byte for byte): held to the same rules as the marked ones.
 GENERATED = {"trio_typha.protocols.grpc.typha_pb2": "protoc's messages (tools/gen_proto.py)",
+             "trio_typha.datastore.etcd_pb2": "protoc's messages (tools/gen_proto.py)",
              "trio_typha.model.goschema": "Calico's Go types (tools/gen_goschema.py)"}
 
 

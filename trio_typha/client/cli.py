@@ -15,8 +15,8 @@ from typing import Any
 
 import trio
 
+from ..grpcwire.status import GrpcError
 from ..model.kv import SerializedUpdate, SyncStatus
-from ..protocols.grpc.status import GrpcError
 from ..tls.client import client_ssl_context
 from ..tls.diagnosis import TLSFailure
 from .discovery import (

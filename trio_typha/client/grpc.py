@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
+from ..grpcwire.status import GrpcError, StatusCode
 from ..protocols.grpc.client_session import (
     ClientSession,
     Finished,
@@ -22,7 +23,6 @@ from ..protocols.grpc.client_session import (
     Updates,
     kv_from_pb,
 )
-from ..protocols.grpc.status import GrpcError, StatusCode
 from ..tls.client import ClientTLSStream, tls_handshake
 from ..tls.diagnosis import answered_in_tls
 from .view import SyncView
@@ -53,7 +53,7 @@ async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",
                authority: str = "localhost") -> AsyncIterator[SyncEvent]:
     """Run one Sync stream over ``stream``; yields events until the server ends it.
 
-    Raises :class:`~trio_typha.protocols.grpc.status.GrpcError` if the stream ends with a
+    Raises :class:`~trio_typha.grpcwire.status.GrpcError` if the stream ends with a
     non-OK status (or the connection ends without trailers), and
     :class:`~trio_typha.tls.diagnosis.TLSFailure` if the server refused our certificate or
     answered our plaintext in TLS.

@@ -1,33 +1,41 @@
-"""The etcd v3 datastore (``TYPHA_DATASTORETYPE=etcdv3``), over etcd's gRPC-JSON gateway.
+"""The etcd v3 datastore (``TYPHA_DATASTORETYPE=etcdv3``), over etcd's native gRPC API.
 
-For each pipeline, :meth:`EtcdDatastore.watch` runs one loop of *sessions* against one etcd
+All pipelines share one HTTP/2 connection per etcd endpoint (:mod:`.etcd_client`); each
+pipeline's watch is a Watch stream on it, and its ranges and status calls are streams on it
+too.  For each pipeline, :meth:`EtcdDatastore.watch` runs one loop of *sessions* against one
 endpoint at a time:
 
-1. ask ``/v3/maintenance/status`` who and where etcd is (cluster id, current revision);
+1. ask Maintenance/Status who and where etcd is (cluster id, current revision);
 2. if it must (first start, compaction, a different or rewound etcd), range every kind's
    prefix at one pinned revision, page by page, and send only the differences from what
    was sent before (:class:`~.etcd_state.EtcdSyncState`);
-3. watch from the next revision, with a keepalive probe beside the stream so a frozen or
-   unreachable etcd is noticed even when nothing changes, and a stall check of the stream
-   itself (:mod:`.stall`): TCP keepalive on its socket, and while it is silent a short
-   watch on another connection from the stream's last revision; a change the stream has
-   not delivered one check later tears the stream down and resumes it from that revision.
+3. watch from the next revision.  Liveness is checked on that very connection: HTTP/2 PINGs
+   when it has been read-idle, and the connection declared dead when one goes unanswered
+   (both times derived from the stall deadline, as clientv3's keepalive); and while the
+   watch stream is quiet, a ``WatchProgressRequest`` on the stream itself, which etcd
+   answers at once on a healthy stream (:mod:`.stall` decides: two unanswered in a row
+   mean the stream is stalled, and the connection is closed and the watch resumed on a
+   new one from its last revision).
 
-One watch covers the whole key span of the pipeline's kinds rather than one per kind: over
-HTTP/1.1 each watch costs a connection, a single stream gives one revision sequence to
-resume from after a reconnect, and events for other kinds inside the span are dropped by
-key before any decoding.  (With IPAM kinds the span starts under ``/calico/ipam/``, so it
-also carries IPAM handle churn, dropped the same way.)  A failed session is reported once
-as ``Connection(ok=False)``, retried with exponential backoff and jitter on the next
-endpoint; ``Connection(ok=True)`` is sent once a watch is running again (and when the
-first one starts).
+One watch covers the whole key span of the pipeline's kinds rather than one per kind: a
+single stream gives one revision sequence to resume from after a reconnect, and events for
+other kinds inside the span are dropped by key before any decoding.  (With IPAM kinds the
+span starts under ``/calico/ipam/``, so it also carries IPAM handle churn, dropped the same
+way.)  A compacted start revision cancels the watch with ``compact_revision`` set: the
+pipeline lists again on the same connection.  Every call asks for a leader (``hasleader``,
+clientv3's ``WithRequireLeader``): a member that has lost quorum cancels the watch with
+"no leader", which ends the session.  A failed session is reported once as
+``Connection(ok=False)``, retried with exponential backoff and jitter on the next endpoint;
+``Connection(ok=True)`` is sent once a watch is running again (and when the first one
+starts).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -37,12 +45,12 @@ from ..backoff import Backoff
 from ..config import Config
 from ..model.kinds import ResourceKind
 from ..model.syncers import DatastoreMode
-from . import etcd_gateway as gw
+from . import etcd_rpc as rpc
 from .base import Connection, Datastore, DatastoreEvent, hand_over
 from .crosscheck import delivering, until_stalled
-from .etcd_client import EtcdClient
+from .etcd_client import EtcdClient, WatchStream
 from .etcd_config import EtcdConfig
-from .etcd_errors import EtcdError, EtcdGatewayError, EtcdProtocolError
+from .etcd_errors import EtcdError, EtcdServerError
 from .etcd_layout import kind_prefix, watch_span
 from .etcd_state import EtcdSyncState
 from .http_edge import describe
@@ -56,24 +64,29 @@ from .stall import (
 
 log = logging.getLogger(__name__)
 
+
 class _Compacted(Exception):
     """The range's pinned revision was compacted while we were paging: list again."""
+
+
+class _Relist(Exception):
+    """The watch's start revision was compacted away: list again, on the same connection."""
 
 
 class EtcdDatastore(Datastore):
     """List-watches Calico v3 resources stored in etcd.
 
-    ``keepalive_interval``/``request_timeout`` bound how long a dead etcd goes unnoticed;
-    ``stall_deadline`` how long a watch stream that stopped delivering goes unnoticed (see
-    :mod:`.stall`); ``page_size`` bounds one range reply.  ``rng`` seeds the backoff jitter
-    (tests).  :attr:`watches` holds each running watch's progress.
+    ``request_timeout`` bounds each call; ``stall_deadline`` how long a dead connection or
+    a watch stream that stopped delivering goes unnoticed (see :mod:`.stall`);
+    ``page_size`` bounds one range reply.  ``rng`` seeds the backoff jitter (tests).
+    :attr:`watches` holds each running watch's progress.
     """
 
     name = "etcdv3"
     mode = DatastoreMode.ETCD
 
     def __init__(self, config: EtcdConfig, *, page_size: int = 500,
-                 request_timeout: float = 10.0, keepalive_interval: float = 10.0,
+                 request_timeout: float = 10.0,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0,
                  stall_deadline: float = DEFAULT_DEADLINE,
                  rng: random.Random | None = None) -> None:
@@ -82,12 +95,14 @@ class EtcdDatastore(Datastore):
         self.config = config
         self.page_size = page_size
         self.request_timeout = request_timeout
-        self.keepalive_interval = keepalive_interval
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.stall_deadline = stall_deadline
         self._watches = WatchBoard(trio.current_time)
         self._rng = rng or random.Random()
+        #: the live connection to each endpoint, shared by every pipeline
+        self._clients: dict[str, EtcdClient] = {}
+        self._connecting: dict[str, trio.Event] = {}  # set once that connect is done
 
     @property
     def watches(self) -> WatchBoard:
@@ -104,8 +119,8 @@ class EtcdDatastore(Datastore):
         problems = []
         for endpoint in self.config.endpoints:
             try:
-                async with self.client(endpoint) as client:
-                    gw.decode_status(await client.call(gw.STATUS_PATH, {}))
+                async with self.connection(endpoint) as client:
+                    await client.status()
                 return None
             except EtcdError as exc:
                 problems.append(f"{endpoint}: {describe(exc)}")
@@ -115,6 +130,36 @@ class EtcdDatastore(Datastore):
         """A client for ``endpoint`` with this datastore's timeouts (not yet entered)."""
         return EtcdClient(self.config, endpoint, request_timeout=self.request_timeout,
                           stall_deadline=self.stall_deadline)
+
+    @asynccontextmanager
+    async def connection(self, endpoint: str) -> AsyncIterator[EtcdClient]:
+        """The live connection to ``endpoint``: the one another pipeline holds, else a new
+        one, held (its task run) by this block and shared with later callers until it ends
+        or the block does."""
+        while True:
+            shared = self._clients.get(endpoint)
+            if shared is not None and shared.usable:
+                yield shared
+                return
+            pending = self._connecting.get(endpoint)
+            if pending is None:
+                break
+            await pending.wait()  # another pipeline is connecting: share its connection
+        connected = self._connecting[endpoint] = trio.Event()
+        try:
+            async with self.client(endpoint) as client:
+                self._clients[endpoint] = client
+                del self._connecting[endpoint]
+                connected.set()
+                try:
+                    yield client
+                finally:
+                    if self._clients.get(endpoint) is client:
+                        del self._clients[endpoint]
+        finally:
+            if self._connecting.get(endpoint) is connected:  # the connect failed
+                del self._connecting[endpoint]
+                connected.set()
 
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
@@ -149,14 +194,16 @@ class _Watcher:
                                random=ds._rng.random)
         self.connected: bool | None = None  # None until etcd first answers or fails
         self._endpoint_index = 0
+        self._heard = trio.Event()  # set by any reply on the stream since the last probe
 
     async def run(self) -> None:
         endpoints = self.ds.config.endpoints
         while True:
             endpoint = endpoints[self._endpoint_index % len(endpoints)]
             try:
-                await self._session(endpoint)
-                continue  # compaction ended the watch: relist straight away
+                async with self.ds.connection(endpoint) as client:
+                    await self._session(client)
+                continue  # a stalled stream closed its connection: resume at once
             except EtcdError as exc:
                 reason = f"etcd {endpoint}: {describe(exc)}"
                 log.warning("etcd watch session failed (watch %s silent for %.1fs): %s",
@@ -172,13 +219,17 @@ class _Watcher:
                 log.info("Connected to etcd %s", reason)
             await self.send.send(Connection(ok=ok, reason=reason))
 
-    async def _session(self, endpoint: str) -> None:
-        """One connection's worth of work; returns only when a compaction ends the watch."""
-        async with self.ds.client(endpoint) as client:
-            status = gw.decode_status(await client.call(gw.STATUS_PATH, {}))
-            if self.state.needs_relist(status):
+    async def _session(self, client: EtcdClient) -> None:
+        """One connection's worth of work; returns only when a stall closed it."""
+        status = await client.status()
+        if self.state.needs_relist(status.header):
+            await self._relist(client)
+        while True:
+            try:
+                await self._follow(client)
+                return
+            except _Relist:
                 await self._relist(client)
-            await self._follow(client)
 
     async def _relist(self, client: EtcdClient) -> None:
         while True:
@@ -192,20 +243,20 @@ class _Watcher:
                      len(self.state), len(self.state.kinds), header.revision)
             return
 
-    async def _list_all(self, client: EtcdClient) -> gw.Header:
+    async def _list_all(self, client: EtcdClient) -> rpc.Header:
         """Range every kind at one revision (the first reply's), sending differences."""
-        pinned: gw.Header | None = None
+        pinned: rpc.Header | None = None
         for kind in self.state.kinds:
             prefix = kind_prefix(kind).encode()
-            end = gw.prefix_end(prefix)
+            end = rpc.prefix_end(prefix)
             start = prefix
-            kvs: list[gw.KeyValue] = []
+            kvs: list[rpc.KeyValue] = []
             while True:
-                body = gw.range_request(start, end, revision=pinned.revision if pinned else 0,
-                                        limit=self.ds.page_size)
                 try:
-                    page = gw.decode_range(await client.call(gw.RANGE_PATH, body))
-                except EtcdGatewayError as exc:
+                    page = await client.range(start, end,
+                                              revision=pinned.revision if pinned else 0,
+                                              limit=self.ds.page_size)
+                except EtcdServerError as exc:
                     if exc.compacted:
                         log.info("etcd compacted during the list: %s; listing again", exc)
                         raise _Compacted from exc
@@ -215,100 +266,72 @@ class _Watcher:
                 kvs.extend(page.kvs)
                 if not page.more or not page.kvs:
                     break
-                start = gw.next_page_key(page.kvs[-1].key)
+                start = rpc.next_page_key(page.kvs[-1].key)
             await hand_over(self.send, self.state.listed(kind, kvs, pinned))
         if pinned is None:  # unreachable: watch_span refused an empty kind list
             raise ValueError("no kinds to list")
         return pinned
 
     async def _follow(self, client: EtcdClient) -> None:
-        """Stream the watch, with the keepalive probe and the stall check beside it; returns
-        on compaction or a stall (the caller then resumes at once)."""
-        failure: list[BaseException] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keepalive, client, failure, nursery.cancel_scope)
-            await nursery.start(self._cross_check, client, failure, nursery.cancel_scope)
+        """Stream the watch with the stall check beside it; returns after a stall (having
+        closed the connection), raises :class:`_Relist` on compaction."""
+        stalled: list[WatchStalled] = []
+        failure: EtcdError | _Relist | None = None
+        async with client.watch() as watch, trio.open_nursery() as nursery:
+            await nursery.start(self._stall_check, watch, stalled, nursery.cancel_scope)
             try:
-                await self._stream(client)
-            except EtcdError as exc:
-                failure.append(exc)
+                await self._stream(client, watch)
+            except (EtcdError, _Relist) as exc:
+                failure = exc  # raised outside the nursery, not in an exception group
             nursery.cancel_scope.cancel()
-        if failure:
-            if isinstance(failure[0], WatchStalled):
-                log.warning("etcd watch %s stalled: nothing delivered for %.1fs while etcd "
-                            "has changes after revision %d; resuming the watch on a new "
-                            "connection", self.stream, failure[0].silent_for,
-                            self.state.revision)
-                return
-            raise failure[0]
+        if failure is not None:
+            raise failure
+        if stalled:
+            log.warning("etcd watch %s stalled: nothing delivered for %.1fs and no answer to "
+                        "a progress request; resuming the watch on a new connection",
+                        self.stream, stalled[0].silent_for)
+            await client.aclose()
 
-    async def _cross_check(self, client: EtcdClient, failure: list[BaseException],
+    async def _stall_check(self, watch: WatchStream, stalled: list[WatchStalled],
                            scope: trio.CancelScope, *,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                            ) -> None:
         task_status.started()
-        failure.append(await until_stalled(self.check, partial(self._probe, client),
+        stalled.append(await until_stalled(self.check, partial(self._probe, watch),
                                            self.stream))
         scope.cancel()
 
-    async def _probe(self, client: EtcdClient) -> bool | None:
-        """Whether etcd holds a change in the watched span after the stream's revision
-        (None: it could not tell).  A short watch on a connection of its own, closed after."""
-        revision = self.state.revision
+    async def _probe(self, watch: WatchStream) -> bool | None:
+        """Ask etcd for the stream's progress on the stream itself: False (nothing missed)
+        when any reply arrives within the probe window, True when none does."""
+        heard = self._heard = trio.Event()
         try:
-            with trio.move_on_after(self.ds.request_timeout):  # until_stalled bounds it too
-                status = gw.decode_status(await client.call(gw.STATUS_PATH, {}))
-                if status.revision <= revision:
-                    return False  # nothing at all changed in etcd since
-                body = gw.watch_request(*self.span, revision + 1, progress_notify=False)
-                async with client.watch(body, idle_timeout=self.ds.request_timeout,
-                                        close=True) as lines:
-                    async for line in lines:
-                        msg = gw.decode_watch_message(line)
-                        if msg.canceled or msg.events:
-                            return bool(msg.events) or None
-                        if msg.created:
-                            break
-                    # etcd replays history to an unsynced watch within ~100 ms.
-                    with trio.move_on_after(probe_window(self.ds.stall_deadline)):
-                        async for line in lines:
-                            msg = gw.decode_watch_message(line)
-                            if msg.canceled or msg.events:
-                                return bool(msg.events) or None
-                    return False
+            await watch.send(rpc.watch_progress())
         except EtcdError as exc:
-            log.debug("etcd stall probe for %s failed: %s", self.stream, exc)
-        return None
+            log.debug("etcd progress request for %s failed: %s", self.stream, exc)
+            return None
+        with trio.move_on_after(probe_window(self.ds.stall_deadline)):
+            await heard.wait()
+        return not heard.is_set()
 
-    async def _keepalive(self, client: EtcdClient, failure: list[BaseException],
-                         scope: trio.CancelScope) -> None:
-        while True:
-            await trio.sleep(self.ds.keepalive_interval)
-            try:
-                gw.decode_status(await client.call(gw.STATUS_PATH, {}))
-            except EtcdError as exc:
-                failure.append(exc)
-                scope.cancel()
-                return
-
-    async def _stream(self, client: EtcdClient) -> None:
+    async def _stream(self, client: EtcdClient, watch: WatchStream) -> None:
+        """Read the watch until it fails, is cancelled, or is compacted (:class:`_Relist`)."""
         start_revision = self.state.revision + 1
-        body = gw.watch_request(*self.span, start_revision)
-        # The stream idles between changes, so no read timeout: the keepalive covers it.
-        async with client.watch(body) as lines:
-            async for line in lines:
-                msg = gw.decode_watch_message(line)
-                self.check.progressed(trio.current_time())
-                if msg.created:
-                    log.debug("etcd watch created from revision %d", start_revision)
-                    self.backoff.reset()
-                    await self._report(True, client.endpoint)
-                if msg.canceled:
-                    if msg.compact_revision:
-                        self.state.compacted(msg.compact_revision)
-                        return
-                    raise EtcdGatewayError(f"watch canceled: {msg.cancel_reason or 'no reason'}")
-                with delivering(self.check):
-                    await hand_over(self.send, self.state.watched(msg))
-        raise EtcdProtocolError("etcd ended the watch stream")
-
+        await watch.send(rpc.watch_create(*self.span, start_revision))
+        while True:
+            msg = await watch.receive()
+            self.check.progressed(trio.current_time())
+            self._heard.set()
+            if msg.created:
+                log.debug("etcd watch created from revision %d", start_revision)
+                self.backoff.reset()
+                await self._report(True, client.endpoint)
+            if msg.canceled:
+                if msg.compact_revision:
+                    self.state.compacted(msg.compact_revision)
+                    raise _Relist
+                raise EtcdServerError(f"watch canceled: {msg.cancel_reason or 'no reason'}")
+            if msg.stream_progress:
+                continue
+            with delivering(self.check):
+                await hand_over(self.send, self.state.watched(msg))

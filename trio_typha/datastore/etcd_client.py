@@ -1,122 +1,221 @@
-"""A small client for one etcd endpoint's gRPC-JSON gateway, on httpx.
+"""A client for one etcd endpoint over etcd's native gRPC API, on the project's HTTP/2
+client (:mod:`trio_typha.h2client`): one connection, every call and watch a stream on it.
 
-Unary calls (:meth:`EtcdClient.call`) and watch streams (:meth:`EtcdClient.watch`) carry
-the bodies :mod:`.etcd_gateway` builds and decodes; every failure leaves as one of
-:mod:`.etcd_errors`' classes (the transport's translated once, here, by :mod:`.http_edge`).
-TCP keepalive is set on every connection so a watch whose path drops inbound packets dies
-within the stall deadline (see :mod:`.stall`).
+``async with EtcdClient(config, endpoint) as client`` connects (TCP, or TLS with ALPN h2 and
+the configured client certificate) and runs the connection's task until the block ends.
+Unary calls (:meth:`EtcdClient.status`, :meth:`~EtcdClient.range`, ...) carry the messages
+:mod:`.etcd_rpc` builds and decodes; :meth:`EtcdClient.watch` opens a Watch stream.  With a
+``stall_deadline`` the connection sends HTTP/2 PINGs when it has been read-idle and is
+declared dead when one goes unanswered, both times derived from the deadline
+(:meth:`~trio_typha.h2client.core.Keepalive.for_deadline`), as clientv3's keepalive does.
+Every failure leaves as one of :mod:`.etcd_errors`' classes, translated here, once.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+import ssl
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from types import TracebackType
+from urllib.parse import urlsplit
 
-import httpx
+import trio
 
-from . import etcd_gateway as gw
+from ..grpcwire.framing import FramingError, MessageDecoder
+from ..h2client.shell import (
+    H2ClientConnection,
+    H2ConnectionError,
+    H2Stream,
+    H2StreamError,
+    Keepalive,
+    connect_tcp,
+)
+from . import etcd_pb2 as pb
+from . import etcd_rpc as rpc
 from .etcd_config import EtcdConfig
-from .etcd_errors import EtcdGatewayError, EtcdProtocolError, EtcdTimeout, EtcdTransportError
-from .http_edge import ErrorFamily, keepalive_socket_options, translated
+from .etcd_errors import EtcdProtocolError, EtcdTimeout, EtcdTransportError
 
-#: What this client raises for a failed transport (see :mod:`.etcd_errors`).
-ERRORS = ErrorFamily(transport=EtcdTransportError, timeout=EtcdTimeout,
-                     malformed=EtcdProtocolError)
 
-_JSON = {"content-type": "application/json"}
+@contextmanager
+def translated() -> Iterator[None]:
+    """The HTTP/2 client's and the framing's exceptions as :mod:`.etcd_errors`' classes."""
+    try:
+        yield
+    except H2ConnectionError as exc:
+        raise EtcdTransportError(f"H2ConnectionError: {exc}") from exc
+    except H2StreamError as exc:
+        raise EtcdTransportError(f"H2StreamError: {exc}") from exc
+    except FramingError as exc:
+        raise EtcdProtocolError(f"gRPC framing: {exc}") from exc
 
 
 class EtcdClient:
     """One etcd endpoint (``endpoint``, else the config's first); an async context manager.
 
-    ``request_timeout`` bounds each unary call and a watch's connect; ``stall_deadline``
-    (when given) sets TCP keepalive so a dead path is noticed within it.
+    ``request_timeout`` bounds the connect and each unary call; ``stall_deadline`` (when
+    given) turns on the PING keepalive that bounds how long a dead connection goes
+    unnoticed.
     """
 
     def __init__(self, config: EtcdConfig, endpoint: str | None = None, *,
                  request_timeout: float = 10.0, stall_deadline: float | None = None) -> None:
+        self.config = config
         self.endpoint = endpoint or config.endpoints[0]
         self.request_timeout = request_timeout
-        with translated(ERRORS):  # the TLS files are read here
-            verify: Any = config.ssl_context() if self.endpoint.startswith("https:") else True
-        options = keepalive_socket_options(stall_deadline) if stall_deadline else None
-        transport = httpx.AsyncHTTPTransport(verify=verify, trust_env=False,
-                                             socket_options=options)
-        self._http = httpx.AsyncClient(base_url=self.endpoint, transport=transport,
-                                       trust_env=False, timeout=request_timeout)
+        self.keepalive = Keepalive.for_deadline(stall_deadline) if stall_deadline else None
+        url = urlsplit(self.endpoint)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"etcd endpoint {self.endpoint!r} is not http(s)://host:port")
+        self.scheme = url.scheme
+        self.host = url.hostname
+        self.port = url.port or 2379
+        self.conn: H2ClientConnection | None = None
+        self._stack = AsyncExitStack()
+
+    @property
+    def usable(self) -> bool:
+        return self.conn is not None and self.conn.usable
 
     async def __aenter__(self) -> EtcdClient:
+        await self._stack.__aenter__()
+        try:
+            await self._stack.enter_async_context(self._running())
+        except BaseException:
+            if not await self._stack.__aexit__(*sys.exc_info()):
+                raise
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        with translated(ERRORS):
-            await self._http.aclose()
-
-    async def call(self, path: str, body: dict[str, Any]) -> Any:
-        """One unary gateway call: the decoded JSON reply; etcd's error replies become
-        :class:`EtcdGatewayError`."""
-        with translated(ERRORS):
-            resp = await self._http.post(path, content=json.dumps(body).encode(),
-                                         headers=_JSON)
-        if resp.status_code != 200:
-            raise _refused(resp.status_code, resp.content, path)
-        payload = gw.parse_json(resp.content)
-        gw.check_error(payload)
-        return payload
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
+        return await self._stack.__aexit__(exc_type, exc, tb)
 
     @asynccontextmanager
-    async def watch(self, body: dict[str, Any], *, idle_timeout: float | None = None,
-                    close: bool = False) -> AsyncIterator[AsyncIterator[str]]:
-        """Open a watch stream with ``body`` (:func:`.etcd_gateway.watch_request`); yields
-        its non-blank lines.  ``idle_timeout`` bounds the silence between two reads (None:
-        the stream may idle; the caller's keepalive covers it); ``close`` asks for a
-        connection of its own, closed after."""
-        timeout = httpx.Timeout(self.request_timeout, read=idle_timeout)
-        request = self._http.build_request(
-            "POST", gw.WATCH_PATH, content=json.dumps(body).encode(), timeout=timeout,
-            headers={**_JSON, "connection": "close"} if close else _JSON)
-        with translated(ERRORS):
-            resp = await self._http.send(request, stream=True)
+    async def _running(self) -> AsyncIterator[None]:
+        ctx: ssl.SSLContext | None = None
+        if self.scheme == "https":
+            try:
+                ctx = self.config.ssl_context()  # the TLS files are read here
+            except (OSError, ssl.SSLError) as exc:
+                raise EtcdTransportError(f"TLS files: {exc}") from exc
+        with trio.move_on_after(self.request_timeout) as scope, translated():
+            stream = await connect_tcp(self.host, self.port, ssl_context=ctx)
+        if scope.cancelled_caught:
+            raise EtcdTimeout(f"connect to {self.host}:{self.port} took over "
+                              f"{self.request_timeout:g} s")
+        self.conn = H2ClientConnection(stream, authority=f"{self.host}:{self.port}",
+                                       scheme=self.scheme, keepalive=self.keepalive)
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.conn.run)
+            try:
+                yield
+            except Exception as exc:
+                failure = exc  # raised outside the nursery, not in an exception group
+            finally:
+                await self.conn.aclose()
+        if failure is not None:
+            raise failure
+
+    async def aclose(self) -> None:
+        """Close the connection (its task then ends; the ``async with`` block may go on)."""
+        if self.conn is not None:
+            await self.conn.aclose()
+
+    def _connection(self) -> H2ClientConnection:
+        if self.conn is None:
+            raise RuntimeError("EtcdClient used outside its async with block")
+        return self.conn
+
+    # --- calls --------------------------------------------------------------------------
+
+    async def call(self, path: bytes, request: bytes) -> bytes:
+        """One unary call: the reply message's bytes; a non-OK status raises
+        :class:`~.etcd_errors.EtcdServerError` with etcd's message."""
+        conn = self._connection()
+        with trio.move_on_after(self.request_timeout) as scope, translated():
+            stream = await conn.open_stream(b"POST", path, rpc.request_headers())
+            try:
+                await stream.send(request, end_stream=True)
+                reply = await _read_unary(stream, path)
+            finally:
+                stream.reset()
+            return reply
+        assert scope.cancelled_caught
+        raise EtcdTimeout(f"{path.decode()} took over {self.request_timeout:g} s")
+
+    async def status(self) -> rpc.Status:
+        return rpc.decode_status(await self.call(rpc.STATUS_PATH, rpc.status_request()))
+
+    async def range(self, key: bytes, range_end: bytes, *, revision: int = 0,
+                    limit: int = 0) -> rpc.RangePage:
+        body = rpc.range_request(key, range_end, revision=revision, limit=limit)
+        return rpc.decode_range(await self.call(rpc.RANGE_PATH, body))
+
+    async def put(self, key: bytes, value: bytes) -> rpc.Header:
+        reply = await self.call(rpc.PUT_PATH, rpc.put_request(key, value))
+        return rpc.decode_header(reply, pb.PutResponse)
+
+    async def delete(self, key: bytes, range_end: bytes = b"") -> rpc.Header:
+        reply = await self.call(rpc.DELETE_RANGE_PATH, rpc.delete_request(key, range_end))
+        return rpc.decode_header(reply, pb.DeleteRangeResponse)
+
+    async def compact(self, revision: int, *, physical: bool = True) -> rpc.Header:
+        reply = await self.call(rpc.COMPACT_PATH,
+                                rpc.compaction_request(revision, physical=physical))
+        return rpc.decode_header(reply, pb.CompactionResponse)
+
+    @asynccontextmanager
+    async def watch(self) -> AsyncIterator[WatchStream]:
+        """A Watch stream on this connection (cancelled when the block ends)."""
+        conn = self._connection()
+        with translated():
+            stream = await conn.open_stream(b"POST", rpc.WATCH_PATH, rpc.request_headers())
         try:
-            if resp.status_code != 200:
-                with translated(ERRORS):
-                    content = await resp.aread()
-                raise _refused(resp.status_code, content, gw.WATCH_PATH)
-            yield _Lines(resp)
+            yield WatchStream(stream)
         finally:
-            with translated(ERRORS):
-                await resp.aclose()
+            stream.reset()
 
 
-def _refused(status: int, content: bytes, path: str) -> EtcdGatewayError:
-    """The error of a reply with an error status: etcd's own when the body is the
-    gateway's error shape, else the status."""
-    try:
-        gw.check_error(gw.parse_json(content))
-    except EtcdGatewayError as exc:
-        return exc
-    except EtcdProtocolError:
-        pass  # not JSON: a proxy's page, say
-    return EtcdGatewayError(f"HTTP {status} from {path}")
+async def _read_unary(stream: H2Stream, path: bytes) -> bytes:
+    """The single reply message of a unary call, after its status said OK."""
+    decoder = MessageDecoder(rpc.MAX_MESSAGE)
+    messages: list[bytes] = []
+    headers = await stream.response()
+    while data := await stream.receive():
+        messages += decoder.feed(data)
+    rpc.check_status(stream.trailers if stream.trailers is not None else headers, path)
+    if len(messages) != 1 or not decoder.at_boundary:
+        raise EtcdProtocolError(f"{path.decode()}: {len(messages)} reply messages, not 1")
+    return messages[0]
 
 
-class _Lines:
-    """Async iterator of a stream's non-blank lines, transport errors translated."""
+class WatchStream:
+    """etcd's bidirectional Watch stream: requests up, :class:`~.etcd_rpc.WatchResponse`
+    messages down."""
 
-    def __init__(self, resp: httpx.Response) -> None:
-        self._lines = resp.aiter_lines()
+    def __init__(self, stream: H2Stream) -> None:
+        self._stream = stream
+        self._decoder = MessageDecoder(rpc.MAX_MESSAGE)
+        self._pending: list[bytes] = []
+        self._headers_seen = False
 
-    def __aiter__(self) -> _Lines:
-        return self
+    async def send(self, request: bytes) -> None:
+        """Send one framed WatchRequest (:func:`~.etcd_rpc.watch_create`, ...)."""
+        with translated():
+            await self._stream.send(request)
 
-    async def __anext__(self) -> str:
-        while True:
-            with translated(ERRORS):
-                line = await self._lines.__anext__()
-            if line.strip():
-                return line
+    async def receive(self) -> rpc.WatchResponse:
+        """The next reply; a stream etcd ends raises its status as an error."""
+        with translated():
+            if not self._headers_seen:
+                await self._stream.response()
+                self._headers_seen = True
+            while not self._pending:
+                data = await self._stream.receive()
+                if not data:
+                    rpc.check_status(self._stream.trailers or self._stream.headers,
+                                     rpc.WATCH_PATH)
+                    raise EtcdProtocolError("etcd ended the watch stream")
+                self._pending += self._decoder.feed(data)
+        return rpc.decode_watch_response(self._pending.pop(0))

@@ -1,23 +1,25 @@
-"""What the etcd client raises: one small hierarchy, nothing of httpx.
+"""What the etcd client raises: one small hierarchy, nothing of the HTTP/2 client.
 
 :class:`~trio_typha.datastore.etcd_client.EtcdClient` translates every transport exception
-into these once, at its edge (:mod:`.http_edge`); the gateway codec (:mod:`.etcd_gateway`)
-raises the last two from the bytes etcd sent.  The session loop catches :class:`EtcdError`
-and never names the HTTP library.  The original exception stays the ``__cause__``.
+into these once, at its edge; the codec (:mod:`.etcd_rpc`) raises the last two from the
+bytes etcd sent.  The session loop catches :class:`EtcdError` and never names the
+transport.  The original exception stays the ``__cause__``.
 
 * :class:`EtcdError` - any request that did not give us what we asked for;
 * :class:`EtcdTransportError` - etcd could not be reached, or the connection broke
-  (refused, reset, TLS); :class:`EtcdTimeout` - a connect, read, write or pool timeout;
-* :class:`EtcdProtocolError` - a reply that is not what etcd's gateway sends;
-* :class:`EtcdGatewayError` - etcd refused the request (its gRPC status, when it gave one).
+  (refused, reset, TLS, no PING ack); :class:`EtcdTimeout` - a call that took too long;
+* :class:`EtcdProtocolError` - a reply that is not what etcd sends;
+* :class:`EtcdServerError` - etcd refused the request (its gRPC status and message).
 """
 
 from __future__ import annotations
 
 __sans_io__ = True
 
-# gRPC status OUT_OF_RANGE: etcd's code for "compacted" and "future revision".
+# gRPC status OUT_OF_RANGE: etcd's code for "compacted" and "future revision";
+# UNAVAILABLE: among others, "etcdserver: no leader".
 _GRPC_OUT_OF_RANGE = 11
+_GRPC_UNAVAILABLE = 14
 
 
 class EtcdError(Exception):
@@ -34,10 +36,10 @@ class EtcdTimeout(EtcdTransportError):
 
 
 class EtcdProtocolError(EtcdError, ValueError):
-    """A gateway response that is not what etcd sends (bad JSON, bad base64, wrong shape)."""
+    """A reply that is not what etcd sends (a message that does not parse, no status)."""
 
 
-class EtcdGatewayError(EtcdError):
+class EtcdServerError(EtcdError):
     """etcd refused a request; ``code`` is the gRPC status code when it gave one."""
 
     def __init__(self, message: str, code: int = 0) -> None:
@@ -49,3 +51,8 @@ class EtcdGatewayError(EtcdError):
     def compacted(self) -> bool:
         """The revision asked for has been compacted away: the caller must list afresh."""
         return self.code == _GRPC_OUT_OF_RANGE and "compacted" in self.message
+
+    @property
+    def no_leader(self) -> bool:
+        """The member has lost its leader (the request asked for one: ``hasleader``)."""
+        return self.code == _GRPC_UNAVAILABLE and "no leader" in self.message

@@ -23,7 +23,7 @@ from typing import Any
 from ..model import ipam
 from ..model.jsonload import loads
 from ..model.kinds import CALICO_V3_GROUP, ResourceKind, calico_kind
-from .etcd_gateway import prefix_end
+from .etcd_rpc import prefix_end
 
 RESOURCES_ROOT = f"/calico/resources/v3/{CALICO_V3_GROUP}/"
 

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from ..model.kinds import ResourceKind
-from .etcd_gateway import Header, KeyValue, WatchResponse
 from .etcd_layout import KeyParser, decode_value
+from .etcd_rpc import Header, KeyValue, WatchResponse
 from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .known import KnownObjects
 

@@ -58,9 +58,11 @@ class Keepalive:
 
     @classmethod
     def for_deadline(cls, deadline: float) -> Keepalive:
-        """Split a stall deadline as Go's clients split theirs (30 s idle + 10 s ack): a
-        dead connection is noticed within ``deadline`` of its last frame."""
-        return cls(idle=deadline * 0.75, timeout=deadline * 0.25)
+        """A PING after half the deadline read-idle, its ack due a quarter later: a dead
+        connection is given up 3/4 of the deadline after its last frame, which leaves the
+        rest for reconnecting and resuming within the deadline (Go's clients fix 30 s +
+        10 s instead)."""
+        return cls(idle=deadline / 2, timeout=deadline / 4)
 
 
 # --- events -------------------------------------------------------------------------------
@@ -414,8 +416,10 @@ class H2ClientCore:
                 events.append(StreamEnded(ev.stream_id))
                 if s.local_open or s.end_after:
                     # The answer is complete; what we have not sent yet is not wanted,
-                    # and the stream must not keep holding a concurrency slot.
-                    self._h2.reset_stream(s.id, ErrorCodes.NO_ERROR)
+                    # and the stream must not keep holding a concurrency slot.  (h2 may
+                    # have closed it already, when our END_STREAM crossed the server's.)
+                    with contextlib.suppress(h2.exceptions.StreamClosedError):
+                        self._h2.reset_stream(s.id, ErrorCodes.NO_ERROR)
                 self._forget(s)
         elif isinstance(ev, h2.events.StreamReset):
             s = self._streams.pop(ev.stream_id, None)

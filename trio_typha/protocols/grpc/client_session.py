@@ -19,11 +19,11 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from ...grpcwire.framing import MessageDecoder, frame_message
+from ...grpcwire.status import GrpcError, StatusCode, decode_grpc_message
 from ...model.kv import SerializedUpdate, SyncStatus, UpdateType
 from . import typha_pb2 as pb
 from .encode_once import SYNC_PATH
-from .framing import MessageDecoder, frame_message
-from .status import GrpcError, StatusCode, decode_grpc_message
 
 #: Largest response message accepted (a snapshot batch of very large values).
 MAX_MESSAGE = 64 << 20

@@ -14,10 +14,10 @@ from typing import cast
 from google.protobuf.message import DecodeError
 
 from ...cache.core import Breadcrumb
+from ...grpcwire.framing import frame_message
+from ...grpcwire.status import GrpcError, StatusCode
 from ...model.kv import SerializedUpdate, SyncStatus, UpdateType
 from . import typha_pb2 as pb
-from .framing import frame_message
-from .status import GrpcError, StatusCode
 
 SERVICE = "typha.v1.Sync"
 SYNC_PATH = f"/{SERVICE}/Sync"

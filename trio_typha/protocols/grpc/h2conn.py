@@ -39,11 +39,11 @@ import h2.settings
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
+from ...grpcwire.framing import FramingError, MessageDecoder
+from ...grpcwire.status import StatusCode
 from ...sessions.budgets import Account
 from .abuse import Flood, FloodGuard, FloodLimits, FloodReport
-from .framing import FramingError, MessageDecoder
 from .metadata import Headers, response_headers, trailers, trailers_only
-from .status import StatusCode
 
 #: The most a single :meth:`H2Core.data_to_send` hands out; bounds what sits between the
 #: stream queues and the socket.

@@ -2,7 +2,7 @@
 
 A request that is not gRPC at all (wrong method or content-type) is answered at the HTTP
 level (:class:`HttpError`); one that is gRPC but asks for something this server does not
-do gets a gRPC status (:class:`~.status.GrpcError`).
+do gets a gRPC status (:class:`~trio_typha.grpcwire.status.GrpcError`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .status import GrpcError, StatusCode, encode_grpc_message
+from ...grpcwire.status import GrpcError, StatusCode, encode_grpc_message
 
 Headers = list[tuple[bytes, bytes]]
 

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...cache.core import Breadcrumb
+from ...grpcwire.status import GrpcError, StatusCode
 from ...model.kv import SYNCER_TYPES, SyncStatus
 from ...sessions.lag import Lag, LagPolicy
 from ...sessions.liveness import Liveness
 from ...sessions.settings import ServerSettings
 from . import encode_once
 from . import typha_pb2 as pb
-from .status import GrpcError, StatusCode
 
 
 class Phase(enum.Enum):

@@ -24,6 +24,7 @@ import trio
 import trio.lowlevel
 from h2.errors import ErrorCodes
 
+from ...grpcwire.status import GrpcError, StatusCode
 from ...observe.throttle import held_back
 from ...sessions.connections import Connection
 from ...sessions.context import ServerContext
@@ -32,7 +33,6 @@ from ...sessions.nowait import nowait_sender
 from . import h2conn as core
 from .encode_once import SYNC_PATH
 from .metadata import Headers, HttpError, http_error, parse_request
-from .status import GrpcError, StatusCode
 from .sync_service import serve_sync
 
 _E = TypeVar("_E", bound=BaseException)

@@ -24,6 +24,7 @@ from ...cache.build import build_once
 from ...cache.core import Breadcrumb
 from ...cache.fanout import Seat
 from ...cache.feed import CacheFeed
+from ...grpcwire.status import GrpcError, StatusCode
 from ...observe.metrics import SyncerMetrics
 from ...sessions.connections import Connection, Session, State
 from ...sessions.context import ServerContext
@@ -31,7 +32,6 @@ from ...sessions.session_metrics import SessionReport
 from ..hello import log_hello
 from . import encode_once
 from .session import SyncSession
-from .status import GrpcError, StatusCode
 
 log = logging.getLogger(__name__)
 

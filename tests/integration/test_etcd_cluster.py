@@ -1,0 +1,94 @@
+"""etcd over gRPC against real etcd processes: one connection shared by every syncer's watch,
+failover between the members of a 3-member cluster, and leader loss (``hasleader``)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.etcd_server import EtcdClient, run_etcd, run_etcd_cluster
+from tests.fault_proxy import open_fault_proxy
+from tests.integration.test_etcd_watcher import KINDS, Recorder, gnp, start_watcher
+from trio_typha.datastore.base import Connection, DatastoreEvent
+from trio_typha.datastore.etcd import EtcdDatastore
+from trio_typha.datastore.etcd_config import EtcdConfig
+
+pytestmark = pytest.mark.etcd
+
+
+async def test_every_syncers_watch_shares_one_connection(tmp_path: Path) -> None:
+    async with run_etcd(tmp_path) as etcd, etcd.client() as c, \
+            open_fault_proxy(etcd.client_port) as proxy:
+        await c.put_resource(gnp("a"))
+        ds = EtcdDatastore(EtcdConfig(endpoints=(f"http://127.0.0.1:{proxy.port}/",)),
+                           rng=random.Random(1))
+        async with trio.open_nursery() as nursery:
+            recorders = []
+            for name in ("felix", "bgp", "tunnel-ip-allocation"):
+                send, recv = trio.open_memory_channel[DatastoreEvent](100)
+                rec = Recorder()
+                nursery.start_soon(rec.consume, recv)
+                await nursery.start(partial(ds.watch, KINDS, send, name=name))
+                recorders.append(rec)
+            for rec in recorders:
+                await rec.wait_synced()
+            await c.put_resource(gnp("b"))
+            for rec in recorders:
+                await rec.wait_matches(c)
+            # Three watches, six ranges, three status calls: one TCP connection.
+            assert proxy.connections == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_failover_to_another_member_resumes_without_relisting(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="trio_typha.datastore")
+    async with run_etcd_cluster(tmp_path, 3) as members:
+        c = EtcdClient(members[1].config)
+        await c.put_resource(gnp("before"))
+        endpoints = tuple(m.url + "/" for m in members)
+        async with trio.open_nursery() as nursery:
+            rec = await start_watcher(nursery, EtcdConfig(endpoints=endpoints))
+            await rec.wait_synced()
+            await rec.wait_matches(c)
+            await members[0].kill()  # the member the watch is on
+            await c.put_resource(gnp("after"))
+            await rec.wait_matches(c)
+            await rec.wait_for(lambda: rec.connections()[-2:] == [False, True])
+            lost = [e.reason for e in rec.events if isinstance(e, Connection) and not e.ok]
+            assert members[0].url in lost[0]
+            # Same cluster, same revisions: the watch resumed where it was, no relist.
+            listed = [r for r in caplog.records if r.getMessage().startswith("Listed ")]
+            assert len(listed) == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_leader_loss_ends_the_watch_until_quorum_returns(tmp_path: Path) -> None:
+    async with run_etcd_cluster(tmp_path, 3) as members:
+        c = EtcdClient(members[0].config)
+        await c.put_resource(gnp("before"))
+        async with trio.open_nursery() as nursery:
+            # Only the member that will be left without a leader: nowhere to fail over to.
+            rec = await start_watcher(nursery, members[0].config, request_timeout=2.0)
+            await rec.wait_synced()
+            await rec.wait_for(lambda: rec.connections() == [True])
+            for member in members[1:]:
+                await member.stop()
+            # etcd cancels the streams that asked for a leader (hasleader) once it has
+            # none; the status call of a new session then fails the same way.
+            await rec.wait_for(lambda: rec.connections()[-1:] == [False])
+            lost = [e.reason for e in rec.events if isinstance(e, Connection) and not e.ok]
+            assert "no leader" in lost[0] or "took over" in lost[0], lost[0]
+            for member in members[1:]:
+                await member.launch()
+            for member in members[1:]:
+                await member.wait_ready()
+            await rec.wait_for(lambda: rec.connections()[-1:] == [True])
+            await c.put_resource(gnp("after"))
+            await rec.wait_matches(c)
+            nursery.cancel_scope.cancel()
