@@ -5,11 +5,9 @@ calls :func:`stale` on every manifest, so a file edited by hand (or a generator 
 output was not committed) fails the suite instead of drifting from its source.
 
     .venv/bin/python tools/generated.py check
-    .venv/bin/python tools/generated.py record tests/unit/model/golden/goldens.generated.json \
-        tests/unit/model/golden/*.json --calico /tmp/calico --generator "..."
 
-``record`` is for files a Calico build wrote (the goldens, see tools/README.md): it notes
-their hashes and the checkout's version and commit, nothing else.
+``record`` notes the hashes of files some other run wrote, with the checkout's version and
+commit, nothing else; the generators (gen_goschema.py, gen_goldens.py) record their own.
 """
 
 from __future__ import annotations

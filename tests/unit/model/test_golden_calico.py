@@ -6,7 +6,7 @@ metadata annotations, legacy ``default.`` names, unparsable fields, etcd-mode No
 WorkloadEndpoints and Profiles) with, for each syncer type / datastore mode / API group it
 is read in, the keys, values and V3ResourceVersions that Calico v3.32.1's own code produced
 for it: the KDD custom-resource conversion, the syncer's update processor and Typha's
-``syncproto.SerializeUpdate`` (built with Go 1.25.11, json-iterator v1.1.12).  Deleted
+``syncproto.SerializeUpdate`` (tools/gen_goldens.py, Go 1.25.11, json-iterator v1.1.12).  Deleted
 (nil) outputs are left out, as ``convert`` does.
 """
 

@@ -6,8 +6,8 @@ test_k8s_cluster_policy.py and test_kubevirt.py, with the edge cases of ports, p
 that fail, tombstones and migration phases) with the keys, values and V3ResourceVersions that
 Calico v3.32.1's own code produced for each: ``K8sClusterNetworkPolicyToCalico`` then the
 GlobalNetworkPolicy update processor for kind KubernetesClusterNetworkPolicy, or the
-LiveMigration client's List, then Typha's ``syncproto.SerializeUpdate`` (built with Go
-1.26.8, json-iterator v1.1.12).  Objects that yield nothing (tombstones, migrations in other
+LiveMigration client's List, then Typha's ``syncproto.SerializeUpdate`` (tools/gen_goldens.py,
+Go 1.25.11, json-iterator v1.1.12).  Objects that yield nothing (tombstones, migrations in other
 phases) have no KVs.
 """
 

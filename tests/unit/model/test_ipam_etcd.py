@@ -4,8 +4,8 @@
 sends for each: the key ``BlockListOptions{}`` / ``BlockAffinityListOptions{}``
 ``.KeyFromDefaultPath`` parses from the path, and the value ``model.ParseValue`` decodes and
 ``syncproto.SerializeUpdate`` marshals again (``null`` for both when Calico skips the
-entry).  They were produced by running that Go code (v3.32.1, json-iterator v1.1.12) on
-each entry.
+entry).  tools/gen_goldens.py produces them by running that Go code (v3.32.1, json-iterator
+v1.1.12) on each entry.
 """
 
 from __future__ import annotations
