@@ -72,7 +72,8 @@ class H2Connection:
         self._streams: dict[int, _Stream] = {}
         self._wake_writer = trio.Event()
         self._progress = trio.Event()  # set when windows open or the writer drains
-        self._writing = False
+        self._queued = 0  # generations of output queued (each _kick) ...
+        self._written = 0  # ... and the last one the writer has put on the socket
         self._nursery: trio.Nursery | None = None
 
     async def run(self) -> None:
@@ -152,6 +153,7 @@ class H2Connection:
     # -- bytes out ---------------------------------------------------------------------
 
     def _kick(self) -> None:
+        self._queued += 1
         self._wake_writer.set()
 
     def _notify(self) -> None:
@@ -161,21 +163,23 @@ class H2Connection:
     async def _write_loop(self) -> None:
         """The connection's only writer: sends whatever h2 has queued, as it appears."""
         while True:
+            queued = self._queued
             data = self.h2.data_to_send()
             if data:
-                self._writing = True
                 self.server.traffic.bytes_out += len(data)
                 await self.stream.send_all(data)
+                self._written = queued
+                self._notify()
                 continue
-            self._writing = False
-            self._notify()  # everything queued so far is written
             await self._wake_writer.wait()
             self._wake_writer = trio.Event()
 
     async def _flushed(self) -> None:
-        """Until the writer has written everything queued so far: a stream handler waits
-        here after each frame, so what sits unsent is bounded by one write."""
-        while self._writing or self._wake_writer.is_set():
+        """Until the writer has written what was queued before this call: a stream
+        handler waits here after each frame, so what sits unsent is bounded by one write
+        per stream."""
+        mine = self._queued
+        while self._written < mine:
             await self._progress.wait()
 
     async def _send_headers(self, stream_id: int, headers: list[tuple[str, str]],
