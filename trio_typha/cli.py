@@ -27,6 +27,7 @@ from .config import ConfigError, help_table
 from .config_sources import early_log_level, load_config
 from .datastore.memory import StoreError
 from .datastore.seed import SeedError
+from .datastore.synthetic import SIZES as CLUSTER_SIZES
 from .logs import setup_logging
 from .model.kv import SYNCER_TYPES
 from .startup import EXIT_CONFIG, EXIT_TLS_FILES, first_startup_error
@@ -133,7 +134,7 @@ def _parser(commands: dict[str, Command] | None = None) -> argparse.ArgumentPars
     s.add_argument("--port", help="listen port, default 5473 (TYPHA_SERVERPORT)")
     s.add_argument("--seed", help="memory datastore: YAML of resources to load")
     s.add_argument("--demo-cluster", help="memory datastore: synthetic cluster "
-                   "small | medium | large")
+                   + " | ".join(CLUSTER_SIZES))
     s.add_argument("--churn", metavar="RATE", help="memory datastore: writes per second of "
                    "pod/policy churn")
     s.add_argument("--log-level", help="DEBUG | INFO | WARNING | ERROR (TYPHA_LOGSEVERITYSCREEN)")

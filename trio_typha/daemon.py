@@ -152,7 +152,8 @@ class Daemon(ServingProcess[SyncerPipeline]):
                                                     host=cfg.server_host or None)
         except OSError as exc:
             raise port_in_use("the sync server", "TYPHA_SERVERPORT", cfg.server_host,
-                              self.listen_port, exc, ListenPortInUse) from None
+                              self.listen_port, exc, ListenPortInUse,
+                              "TYPHA_SERVERHOST") from None
         self.ports["server"] = sockets[0].socket.getsockname()[1]
         if self.server_workers > 1:  # the primary keeps its share, passes the rest
             return [BalancingListener(s, self._own_load, self._worker_targets)

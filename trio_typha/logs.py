@@ -1,4 +1,10 @@
-"""Logging in Typha's line format: ``time [LEVEL][pid] module line: message``.
+"""Logging in Typha's line format, so pipelines that parse Typha's logs parse ours.
+
+A line is ``2006-01-02 15:04:05.000 [LEVEL][pid] file.py 123: message k1="v" k2=5``: local
+time truncated to milliseconds, the level in capitals, the process id, the source file's
+base name and line, the message, then the record's fields sorted by key, strings quoted
+with Go's escapes and other values bare (the layout of libcalico-go/lib/logutils/logformat
+``Formatter``).  Fields come from ``extra=fields(key=value, ...)``.
 
 To stderr at LogSeverityScreen, to LogFilePath at LogSeverityFile, and to the local syslog
 (tag ``calico-typha``, without time and pid, as Typha) at LogSeveritySys.  Writes are
@@ -13,22 +19,56 @@ import logging.handlers
 import os
 import socket
 import sys
+import time
+
+from .gofmt import FIELDS, fields, format_fields
+
+__all__ = ["fields", "setup_logging"]
 
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
            "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
 
+#: logrus's names for the levels we use (its WarnLevel prints as "warning").
+_LEVEL_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING",
+                logging.ERROR: "ERROR", logging.CRITICAL: "FATAL"}
 
 class TyphaFormatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__(fmt="%(asctime)s.%(msecs)03d [%(levelname)s][%(process)d] "
-                             "%(module)s.py %(lineno)d: %(message)s",
-                         datefmt="%Y-%m-%d %H:%M:%S")
+    """Typha's screen and file line, in local time as Typha's (UTC when ``utc``)."""
+
+    utc = False
+
+    def timestamp(self, created: float) -> str:
+        micros = round(created * 1_000_000)
+        seconds, rest = divmod(micros, 1_000_000)
+        when = time.gmtime(seconds) if self.utc else time.localtime(seconds)
+        return time.strftime("%Y-%m-%d %H:%M:%S", when) + f".{rest // 1000:03d}"
+
+    def head(self, record: logging.LogRecord) -> str:
+        return (f"{self.timestamp(record.created)} "
+                f"[{_level(record)}][{record.process}] ")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = (f"{self.head(record)}{record.filename} {record.lineno or '<nil>'}: "
+                f"{record.getMessage()}{format_fields(getattr(record, FIELDS, {}))}")
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        if record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
 
 
-class SyslogFormatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__(fmt="calico-typha[%(process)d]: [%(levelname)s] %(module)s.py "
-                             "%(lineno)d: %(message)s")
+def _level(record: logging.LogRecord) -> str:
+    return _LEVEL_NAMES.get(record.levelno, record.levelname.upper())
+
+
+class SyslogFormatter(TyphaFormatter):
+    """Typha's syslog line: the tag and pid, then the level, file, line, message and
+    fields (syslog stamps the time)."""
+
+    def head(self, record: logging.LogRecord) -> str:
+        return f"calico-typha[{record.process}]: {_level(record)} "
 
 
 SYSLOG_ADDRESS = "/dev/log"

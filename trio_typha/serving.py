@@ -34,6 +34,7 @@ from .cache.core import MemoBuilds
 from .cache.feed import CacheFeed
 from .config import Config
 from .datastore.stall import WatchState
+from .logs import fields
 from .model.kv import SYNCER_TYPES, SyncStatus
 from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
@@ -206,7 +207,8 @@ class ServingProcess(ABC, Generic[P]):
         """Run until :meth:`shutdown` (or a signal) has drained every connection; reports
         started with itself."""
         cfg = self.config
-        log.info("Typha starting up version=%s datastore=%s", BUILD_VERSION, self.source_name)
+        log.info("Typha starting up", extra=fields(version=BUILD_VERSION,
+                                                   datastore=self.source_name))
         if cfg.debug_memory_profile_path:
             import tracemalloc
             tracemalloc.start()  # so SIGUSR1's snapshot has the allocations since start
@@ -272,19 +274,20 @@ class ServingProcess(ABC, Generic[P]):
     async def _start_endpoints(self, nursery: trio.Nursery) -> None:
         cfg = self.config
         if cfg.health_enabled:
-            log.info("Health enabled. Starting server. host=%s port=%d", cfg.health_host,
-                     cfg.health_port)
+            log.info("Health enabled. Starting server.", extra=fields(
+                host=cfg.health_host, port=cfg.health_port))
             listeners = await self._start_http(
-                nursery, "health", "TYPHA_HEALTHPORT", cfg.health_host, cfg.health_port,
+                nursery, "health", "TYPHA_HEALTHPORT", "TYPHA_HEALTHHOST", cfg.health_host,
+                cfg.health_port,
                 partial(serve_http, cfg.health_host, cfg.health_port, self._health_http,
                         websockets={FEED_PATH: self._live_feed}))
             self.ports["health"] = listeners[0].socket.getsockname()[1]
         if cfg.prometheus_metrics_enabled:
-            log.info("Prometheus metrics enabled. Starting server. host=%s port=%d tls=%s",
-                     cfg.prometheus_metrics_host or "*", cfg.prometheus_metrics_port,
-                     self._metrics_tls is not None)
+            log.info("Prometheus metrics enabled. Starting server.", extra=fields(
+                host=cfg.prometheus_metrics_host or "*", port=cfg.prometheus_metrics_port,
+                tls=self._metrics_tls is not None))
             listeners = await self._start_http(
-                nursery, "metrics", "TYPHA_PROMETHEUSMETRICSPORT",
+                nursery, "metrics", "TYPHA_PROMETHEUSMETRICSPORT", "TYPHA_PROMETHEUSMETRICSHOST",
                 cfg.prometheus_metrics_host, cfg.prometheus_metrics_port,
                 partial(serve_http, cfg.prometheus_metrics_host,
                         cfg.prometheus_metrics_port, self._metrics_http,
@@ -297,18 +300,20 @@ class ServingProcess(ABC, Generic[P]):
                             "listening on %s, not localhost: anyone who can reach it can "
                             "read them", cfg.debug_host)
             listeners = await self._start_http(
-                nursery, "debug", "TYPHA_DEBUGPORT", cfg.debug_host, cfg.debug_port,
+                nursery, "debug", "TYPHA_DEBUGPORT", "TYPHA_DEBUGHOST", cfg.debug_host,
+                cfg.debug_port,
                 partial(serve_http, cfg.debug_host, cfg.debug_port, debug_handler(cfg)))
             self.ports["debug"] = listeners[0].socket.getsockname()[1]
 
     @staticmethod
-    async def _start_http(nursery: trio.Nursery, what: str, setting: str, host: str, port: int,
-                          serve: Callable[..., Any]) -> list[trio.SocketListener]:
+    async def _start_http(nursery: trio.Nursery, what: str, setting: str, host_setting: str,
+                          host: str, port: int, serve: Callable[..., Any]
+                          ) -> list[trio.SocketListener]:
         try:
             listeners: list[trio.SocketListener] = await nursery.start(serve)
         except OSError as exc:
             raise port_in_use(f"the {what} endpoint", setting, host, port, exc,
-                              HttpPortInUse) from None
+                              HttpPortInUse, host_setting) from None
         return listeners
 
     async def _health_http(self, path: str) -> tuple[int, str, bytes] | None:
@@ -361,8 +366,8 @@ class ServingProcess(ABC, Generic[P]):
             client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san,
             failures=FailureLog(lambda reason: self.metrics.tls_handshake_failures.labels(
                 reason=reason).inc()))
-        log.info("Opening %slisten socket host=%s port=%d", "TLS " if self.tls else "",
-                 cfg.server_host or "*", self.listen_port)
+        log.info("Opening %slisten socket", "TLS " if self.tls else "", extra=fields(
+            host=cfg.server_host or "*", port=self.listen_port))
         listeners = await self.open_listeners()
         log.info("Opened listen socket port=%d", self.ports["server"])
         # Returns once the drain has closed the last connection.

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 __sans_io__ = True
 
+import errno
 from collections.abc import Iterator
+from socket import gaierror
 
 
 class StartupError(Exception):
@@ -43,10 +45,24 @@ EXIT_TLS_FILES = 3
 
 
 def port_in_use(what: str, setting: str, host: str, port: int, exc: OSError,
-                kind: type[StartupError]) -> StartupError:
+                kind: type[StartupError], host_setting: str) -> StartupError:
+    """The line for a listen socket that could not be opened, naming the setting at fault:
+    the host's when the address does not resolve or is not on this machine, else the
+    port's."""
     where = f"{host or '*'}:{port}"
-    return kind(f"cannot listen on {where} for {what} ({setting}): {exc.strerror or exc}; "
+    head = f"cannot listen on {where} for {what}"
+    if isinstance(exc, gaierror):
+        return kind(f"{head} ({host_setting}): cannot resolve host {host!r}: "
+                    f"{exc.strerror or exc}; set {host_setting} to an address of this machine")
+    if exc.errno in _HOST_ERRNOS:
+        return kind(f"{head} ({host_setting}): {exc.strerror or exc}; {host!r} is not an "
+                    f"address of this machine, set {host_setting} to one")
+    return kind(f"{head} ({setting}): {exc.strerror or exc}; "
                 f"stop whatever holds the port or set {setting} to a free one")
+
+
+#: Errors that say the address cannot be bound at all, whatever the port.
+_HOST_ERRNOS = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:

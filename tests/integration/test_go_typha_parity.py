@@ -29,6 +29,7 @@ from trio_typha.datastore.etcd import EtcdDatastore
 from trio_typha.datastore.k8s_config import KubeClientConfig
 from trio_typha.datastore.k8s_watch import WatchTuning
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
+from trio_typha.logs import TyphaFormatter
 from trio_typha.model import kinds as K
 from trio_typha.model.kv import SerializedUpdate, SyncStatus, UpdateType
 
@@ -222,13 +223,13 @@ async def test_hello_is_logged_at_info_on_both_protocols(
                                version="v3.32.1") as gob:
             with trio.fail_after(HANG):
                 await gob.wait_for_status(SyncStatus.IN_SYNC)
-    lines = [r.getMessage() for r in caplog.records
+    # In Typha's line layout: the fields sorted after the message, strings quoted.
+    lines = [TyphaFormatter().format(r) for r in caplog.records
              if r.levelno == logging.INFO and r.getMessage().startswith("Received Hello")]
-    grpc_line = next(line for line in lines if "hostname='grpc-node'" in line)
-    gob_line = next(line for line in lines if "hostname='gob-node'" in line)
-    assert "protocol=grpc client=127.0.0.1:" in grpc_line
-    assert "syncerType=felix clientVersion='test'" in grpc_line
-    assert grpc_line.endswith("compression=none")
-    assert "protocol=typha client=127.0.0.1:" in gob_line
-    assert "syncerType=felix clientVersion='v3.32.1'" in gob_line
-    assert gob_line.endswith("compression=snappy")
+    grpc_line = next(line for line in lines if 'hostname="grpc-node"' in line)
+    gob_line = next(line for line in lines if 'hostname="gob-node"' in line)
+    assert ': Received Hello message from client. client="127.0.0.1:' in grpc_line
+    assert 'clientVersion="test" compression="none" connID="0x' in grpc_line
+    assert grpc_line.endswith('protocol="grpc" syncerType="felix"')
+    assert 'clientVersion="v3.32.1" compression="snappy"' in gob_line
+    assert gob_line.endswith('protocol="typha" syncerType="felix"')

@@ -55,7 +55,9 @@ def test_file_and_syslog_destinations_with_their_own_levels(
     assert "a warning line" in text and "an info line" not in text
     assert "[WARNING][" in text  # Typha's line format
     assert all(r.startswith("<") and "calico-typha[" in r for r in received)
-    assert any("[INFO] " in r and "an info line" in r for r in received)
+    # Typha's syslog layout: the tag and pid, then the level without brackets.
+    assert any("]: INFO test_logging_and_debug.py " in r and r.rstrip("\x00").endswith(": an info line")
+               for r in received)
 
 
 def test_setting_up_again_closes_the_files_it_opened_and_no_others(

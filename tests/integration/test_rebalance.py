@@ -26,6 +26,7 @@ from trio_typha.datastore.k8s_config import load_kube_client_config
 from trio_typha.datastore.kubernetes import open_kubernetes_datastore
 from trio_typha.datastore.memory import MemoryStore
 from trio_typha.datastore.synthetic import generate
+from trio_typha.logs import TyphaFormatter
 from trio_typha.model import kinds as K
 from trio_typha.model.kv import SyncStatus
 
@@ -163,8 +164,9 @@ async def test_sheds_one_per_interval_down_to_the_target_grpc_with_goaway(
              and "re-balance load" in r.getMessage()]
     assert len(drops) == 2
     assert drops[1].created - drops[0].created >= 0.29
-    assert "Calculated new connection limit. numTyphas=3 numNodes=3 numSyncerTypes=4 " \
-           "newLimit=8 reason=fraction+20%" in caplog.text
+    lines = "\n".join(TyphaFormatter().format(r) for r in caplog.records)
+    assert ": Calculated new connection limit. newLimit=8 numNodes=3 numSyncerTypes=4 " \
+           'numTyphas=3 reason="fraction+20%"' in lines
     for name, outcome in outcomes.items():
         if name.startswith("grpc"):
             assert outcome.startswith("UNAVAILABLE") and "GOAWAY" in outcome, outcome

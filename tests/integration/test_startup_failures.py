@@ -121,3 +121,24 @@ def test_invalid_value_is_still_a_configuration_error() -> None:
     result = serve(*MEMORY, "--port", "0", env={"TYPHA_SERVERPINGINTERVALSECS": "soon"})
     assert result.returncode == 2
     assert "TYPHA_SERVERPINGINTERVALSECS" in the_line(result)
+
+
+# 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never an address of this machine.
+@pytest.mark.parametrize(("host", "why"), [("no-such-host.invalid", "cannot resolve host"),
+                                           ("192.0.2.1", "not an address of this machine")])
+def test_a_bad_sync_host_names_the_host_setting_not_the_port(host: str, why: str) -> None:
+    result = serve("--datastore", "memory", "--demo-cluster", "tiny", "--host", host,
+                   "--port", "0")
+    assert result.returncode == 4
+    line = the_line(result)
+    assert "(TYPHA_SERVERHOST)" in line and host in line and why in line
+    assert "TYPHA_SERVERPORT" not in line and "free one" not in line
+
+
+def test_health_host_not_on_this_machine_names_the_host_setting() -> None:
+    result = serve(*MEMORY, "--port", "0", "--health", "--health-host", "192.0.2.1",
+                   "--health-port", "0")
+    assert result.returncode == 5
+    line = the_line(result)
+    assert "for the health endpoint (TYPHA_HEALTHHOST)" in line
+    assert "TYPHA_HEALTHPORT" not in line

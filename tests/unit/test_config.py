@@ -318,3 +318,18 @@ async def test_use_pod_cidr_reaches_the_felix_syncer(env, watched) -> None:
     daemon = Daemon(cfg, datastore=datastore, listen_port=0)
     kinds = daemon.make_pipeline("felix", CacheFeed("felix")).definition.kinds
     assert any(k.kind == "IPAMBlock" for k in kinds) is watched
+
+
+def test_demo_cluster_help_and_setting_name_every_synthetic_size(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from trio_typha.cli import main
+    from trio_typha.datastore.synthetic import SIZES
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "synthetic cluster " + " | ".join(SIZES) in out
+    assert "tiny" in SIZES
+    for size in SIZES:
+        cfg = load_config({"TYPHA_MEMORYDEMOCLUSTER": size})
+        assert cfg.memory_demo_cluster == size

@@ -41,7 +41,8 @@ FORBIDDEN_MODULES = {
     "time": "clocks", "gc": "the process's collector",
 }
 #: Pure conversions that live in a forbidden module, importable by name only.
-ALLOWED_FROM = {"socket": frozenset({"inet_aton", "inet_ntoa", "inet_pton", "inet_ntop"})}
+ALLOWED_FROM = {"socket": frozenset({"inet_aton", "inet_ntoa", "inet_pton", "inet_ntop",
+                                    "gaierror"})}
 #: Attributes that read a clock, the environment, a file or a standard stream, whatever
 #: object they are reached through.
 FORBIDDEN_ATTRIBUTES = {

@@ -7,6 +7,7 @@ import logging
 import pytest
 import trio
 
+from trio_typha.logs import TyphaFormatter
 from trio_typha.server.governor import Governor
 from trio_typha.server.rebalance import CountUnavailable, RebalancePoller
 from trio_typha.sessions.connections import ConnectionRegistry
@@ -68,7 +69,9 @@ async def test_worked_examples_reach_the_governor(typhas, nodes, limit, reason,
     assert await p.poll_once() == (limit, reason)
     assert gov.limit == limit
     if limit != 10000:
-        assert f"newLimit={limit} reason={reason}" in caplog.text
-        assert "New target number of connections oldMax=10000" in caplog.text
+        lines = "\n".join(TyphaFormatter().format(r) for r in caplog.records)
+        assert f'newLimit={limit} numNodes=' in lines and f'reason="{reason}"' in lines
+        assert ": New target number of connections currentNum=0 newMax=" in lines
+        assert "oldMax=10000" in lines
     if reason == "error":
         assert "Failed to get number of" in caplog.text

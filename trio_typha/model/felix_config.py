@@ -16,9 +16,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..gofmt import format_v
 from . import keys
 from .gojson import GoJSONError
-from .golang import format_duration, format_v, parse_cidr_or_ip, parse_duration
+from .golang import format_duration, parse_cidr_or_ip, parse_duration
 from .goschema import CLUSTER_INFO_FIELDS, FELIX_CONFIG_FIELDS
 from .gotypes import Port, Uint8OrString
 from .passthrough import resource_kv

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .golang import format_float
+from ..gofmt import format_float
 
 
 class GoJSONError(ValueError):

@@ -10,54 +10,9 @@ from __future__ import annotations
 __sans_io__ = True
 
 import ipaddress
-import math
 import re
 from datetime import UTC, datetime
-from decimal import Decimal
 from socket import inet_aton, inet_ntoa
-
-# --------------------------------------------------------------------------------------------
-# Floats
-
-
-def _shortest_digits(x: float) -> tuple[bool, str, int]:
-    """(negative, digits, point) with value = 0.digits * 10**point, digits shortest."""
-    sign, digits, exp = Decimal(repr(float(x))).as_tuple()
-    assert isinstance(exp, int)
-    ds = "".join(map(str, digits)).lstrip("0")
-    if not ds:
-        return bool(sign), "0", 1
-    stripped = ds.rstrip("0")
-    exp += len(ds) - len(stripped)
-    return bool(sign), stripped, len(stripped) + exp
-
-
-def format_float(x: float, fmt: str) -> str:
-    """``strconv.FormatFloat(x, fmt, -1, 64)`` for ``fmt`` ``'e'`` or ``'f'``."""
-    neg, ds, point = _shortest_digits(x)
-    sgn = "-" if neg else ""
-    if fmt == "e":
-        e = point - 1 if ds != "0" else 0
-        mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
-        return f"{sgn}{mant}e{'-' if e < 0 else '+'}{abs(e):02d}"
-    if point <= 0:
-        return f"{sgn}0.{'0' * -point}{ds}"
-    if point >= len(ds):
-        return f"{sgn}{ds}{'0' * (point - len(ds))}"
-    return f"{sgn}{ds[:point]}.{ds[point:]}"
-
-
-def format_v(x: float) -> str:
-    """``fmt.Sprintf("%v", x)`` for a float64: strconv ``'g'`` with the shortest digits,
-    in exponent form when the decimal exponent is below -4 or at least 6."""
-    if math.isinf(x):
-        return "+Inf" if x > 0 else "-Inf"
-    if math.isnan(x):
-        return "NaN"
-    _, ds, point = _shortest_digits(x)
-    exp = point - 1 if ds != "0" else 0
-    return format_float(x, "e" if exp < -4 or exp >= 6 else "f")
-
 
 # --------------------------------------------------------------------------------------------
 # time.Duration

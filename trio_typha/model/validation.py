@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from ..gofmt import fields
 from . import selectors
 from .gojson import Custom, Field, GoJSONError, Map, Ptr, RawJSON, Slice, Struct
 from .golang import ip_version, parse_cidr, parse_cidr_or_ip, parse_duration, parse_ip, parse_mac
@@ -809,8 +810,8 @@ class ValidationFilter:
             if u.value:
                 why = self.error(u.key, u.value)
                 if why is not None:
-                    log.warning("Validation failed; treating as missing key=%s: %s", u.key,
-                                why)
+                    log.warning("Validation failed; treating as missing: %s", why,
+                                extra=fields(key=str(u.key)))
                     u = dataclasses.replace(u, value=None, v3_resource_version="")
             out.append(u)
         return out

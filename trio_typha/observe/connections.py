@@ -3,8 +3,9 @@
 The server answers with one JSON document per replica: who it is, and one row per client
 session (from :meth:`~trio_typha.sessions.connections.ConnectionRegistry.snapshot`).  The
 command line fetches it from one or more replicas and renders the rows, then the spread of
-connections over replicas and syncer types, flagging skew: the question load sharing between Typha replicas asks of a
-Typha fleet ("which calico-node is connected where, and is the load even?").
+connections over replicas and syncer types, flagging skew in the total and in each syncer
+type: the question load sharing between Typha replicas asks of a Typha fleet ("which
+calico-node is connected where, and is the load even?").
 """
 
 from __future__ import annotations
@@ -86,6 +87,15 @@ def render(documents: Mapping[str, Mapping[str, Any] | str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _skew(count: int, mean: float, replicas: int) -> str | None:
+    """How far ``count`` is off ``mean``, when that is more than rounding explains (one
+    connection) and more than the tolerance."""
+    off = count - mean
+    if replicas > 1 and abs(off) >= 1 and abs(off) > SKEW_TOLERANCE * mean:
+        return f"{off:+.1f} vs mean {mean:.1f}"
+    return None
+
+
 def spread(documents: Mapping[str, Mapping[str, Any] | str]) -> list[str]:
     """Connections per replica and syncer type, with each replica's share and skew flags."""
     syncers = list(SYNCER_TYPES)
@@ -96,6 +106,10 @@ def spread(documents: Mapping[str, Mapping[str, Any] | str]) -> list[str]:
                                    for r in doc.get("connections", ()))
     totals = {addr: sum(c.values()) for addr, c in counts.items()}
     mean = sum(totals.values()) / len(totals) if totals else 0.0
+    # Each syncer type is balanced on its own: a replica holding every felix and another
+    # every bgp connection have even totals and are still skewed.
+    means = {s: sum(c[s] for c in counts.values()) / len(counts) if counts else 0.0
+             for s in syncers}
     header = ["REPLICA", "TOTAL", *syncers, "SHARE", "FLAG"]
     rows = []
     for addr, doc in documents.items():
@@ -104,13 +118,16 @@ def spread(documents: Mapping[str, Mapping[str, Any] | str]) -> list[str]:
             continue
         total = totals[addr]
         share = total / sum(totals.values()) if sum(totals.values()) else 0.0
-        flag = ""
-        off = total - mean
-        if len(totals) > 1 and abs(off) >= 1 and abs(off) > SKEW_TOLERANCE * mean:
-            flag = f"SKEW: {off:+.1f} vs mean {mean:.1f}"
+        flags = []
+        if (skew := _skew(total, mean, len(totals))) is not None:
+            flags.append(f"SKEW: {skew}")
+        for syncer in syncers:
+            if (skew := _skew(counts[addr][syncer], means[syncer], len(totals))) is not None:
+                flags.append(f"SKEW {syncer}: {skew}")
         limit = doc.get("connection_limit")
         if limit is not None and total > limit:
-            flag = (flag + "; " if flag else "") + f"over limit {limit}"
+            flags.append(f"over limit {limit}")
+        flag = "; ".join(flags)
         rows.append([addr, str(total), *[str(counts[addr][s]) for s in syncers],
                      f"{share:.0%}", flag])
     lines = _table(header, rows)

@@ -11,6 +11,7 @@ __sans_io__ = True
 
 import logging
 
+from ..gofmt import fields
 from ..observe.throttle import LogThrottle, held_back
 
 
@@ -22,7 +23,7 @@ def log_hello(logger: logging.Logger, protocol: str, peer: str, conn_id: int, *,
     held = throttle.allow(peer.rsplit(":", 1)[0], now)
     if held is None:
         return
-    logger.info("Received Hello message from client. protocol=%s client=%s connID=%#x "
-                "hostname=%r syncerType=%s clientVersion=%r clientInfo=%r compression=%s%s",
-                protocol, peer, conn_id, hostname, syncer_type or "felix", version, info,
-                compression or "none", held_back(held))
+    logger.info("Received Hello message from client.%s", held_back(held), extra=fields(
+        protocol=protocol, client=peer, connID=f"{conn_id:#x}", hostname=hostname,
+        syncerType=syncer_type or "felix", clientVersion=version, clientInfo=info,
+        compression=compression or "none"))

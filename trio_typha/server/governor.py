@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import trio
 
+from ..logs import fields
 from ..observe.health import Heartbeat
 from ..sessions.connections import ConnectionRegistry
 
@@ -61,8 +62,8 @@ class Governor:
 
     def set_limit(self, limit: int) -> None:
         if limit != self.limit:
-            log.info("New target number of connections oldMax=%d newMax=%d currentNum=%d",
-                     self.limit, limit, self.connections.load)
+            log.info("New target number of connections", extra=fields(
+                oldMax=self.limit, newMax=limit, currentNum=self.connections.load))
             self.limit = limit
             if self.on_limit is not None:
                 self.on_limit()

@@ -18,6 +18,7 @@ import trio
 from ..cache.feed import CacheFeed
 from ..datastore.k8s_api import KubeApi
 from ..datastore.k8s_errors import K8sError
+from ..logs import fields
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, count_typhas
 from ..model.keys import resource_key
 from ..model.kv import SyncStatus
@@ -101,21 +102,21 @@ class RebalancePoller:
             log.warning("Failed to get number of Typhas: %s", exc)
         else:
             if typhas <= 0:
-                log.warning("Failed to get number of Typhas numTyphas=%d", typhas)
+                log.warning("Failed to get number of Typhas", extra=fields(numTyphas=typhas))
         try:
             nodes = self.count_nodes()
         except CountUnavailable as exc:
             log.warning("Failed to get number of nodes: %s", exc)
         else:
             if nodes <= 0:
-                log.warning("Failed to get number of nodes numNodes=%d", nodes)
+                log.warning("Failed to get number of nodes", extra=fields(numNodes=nodes))
         target, reason = max_conn_limit(num_typhas=typhas, num_nodes=nodes,
                                         syncer_types=self.syncer_types, lower=self.lower,
                                         upper=self.upper)
         if target != self.active_target:
-            log.info("Calculated new connection limit. numTyphas=%s numNodes=%s "
-                     "numSyncerTypes=%d newLimit=%d reason=%s", typhas, nodes,
-                     self.syncer_types, target, reason)
+            log.info("Calculated new connection limit.", extra=fields(
+                numTyphas=typhas, numNodes=nodes, numSyncerTypes=self.syncer_types,
+                newLimit=target, reason=reason))
             self.governor.set_limit(target)
             self.active_target = target
         return target, reason

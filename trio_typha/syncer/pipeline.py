@@ -24,6 +24,7 @@ import trio
 
 from ..cache.feed import CacheFeed
 from ..datastore.base import Connection, Datastore, DatastoreEvent, KindSynced, ResourceEvent
+from ..logs import fields
 from ..model.kinds import ResourceKind
 from ..model.kv import SerializedUpdate, SyncStatus
 from ..model.syncers import SyncerDefinition
@@ -122,8 +123,9 @@ class SyncerPipeline:
         # Datastores only call send() on it; typed as the memory channel they expect.
         send = cast(trio.MemorySendChannel[DatastoreEvent],
                     _StampedSender(inner, self._stamps))
-        log.info("Starting syncer pipeline syncerType=%s kinds=%d datastore=%s",
-                 self.syncer_type, len(self.definition.kinds), self.datastore.name)
+        log.info("Starting syncer pipeline", extra=fields(
+            syncerType=self.syncer_type, kinds=len(self.definition.kinds),
+            datastore=self.datastore.name))
         self._publish(self.tracker.static_updates())
         if self._gc_pause is not None and self.feed.status is not SyncStatus.IN_SYNC:
             self._gc_pause.hold()
@@ -133,7 +135,7 @@ class SyncerPipeline:
                 await nursery.start(self._watch_staleness)
                 await nursery.start(partial(self.datastore.watch, name=self.syncer_type),
                                     self.definition.kinds, send)
-                log.info("Started syncer pipeline syncerType=%s", self.syncer_type)
+                log.info("Started syncer pipeline", extra=fields(syncerType=self.syncer_type))
                 task_status.started()
                 async with recv:
                     await self._consume(recv)
@@ -217,8 +219,8 @@ class SyncerPipeline:
             self.feed.set_status(SyncStatus.RESYNC_IN_PROGRESS)
         self._publish(updates, origin)
         if became_synced and self.feed.status is not SyncStatus.IN_SYNC:
-            log.info("Received status update message from datastore. syncerType=%s "
-                     "status=in-sync keys=%d", self.syncer_type, len(self.feed.cache))
+            log.info("Received status update message from datastore.", extra=fields(
+                syncerType=self.syncer_type, status="in-sync", keys=len(self.feed.cache)))
             self.feed.set_status(SyncStatus.IN_SYNC)
             self._release_gc()
 
@@ -226,16 +228,16 @@ class SyncerPipeline:
         if ev.ok:
             self.denied.discard(ev.kind)
             if self.failing.pop(ev.kind, None) is not None:
-                log.info("Datastore recovered syncerType=%s kind=%s", self.syncer_type,
-                         ev.kind or "all")
+                log.info("Datastore recovered", extra=fields(
+                    syncerType=self.syncer_type, kind=ev.kind or "all"))
         elif self.failing.get(ev.kind) != ev.reason:
             self.failing[ev.kind] = ev.reason
             if ev.denied:
                 self.denied.add(ev.kind)
             else:
                 self.denied.discard(ev.kind)
-            log.warning("Datastore problem syncerType=%s kind=%s: %s", self.syncer_type,
-                        ev.kind or "all", ev.reason)
+            log.warning("Datastore problem: %s", ev.reason, extra=fields(
+                syncerType=self.syncer_type, kind=ev.kind or "all"))
 
     def _publish(self, updates: list[SerializedUpdate], origin: float | None = None) -> None:
         if not updates:

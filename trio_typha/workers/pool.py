@@ -35,6 +35,7 @@ from typing import Any
 import trio
 
 from ..config import Config
+from ..logs import fields
 from . import control as c
 from .channel import WorkerLink
 
@@ -209,7 +210,7 @@ class WorkerPool:
                 await nursery.start(link.run)
                 start = c.Start(self.cfg, self.upstream, self.port, w.index)
                 if await link.send(c.encode_start(start)):
-                    log.info("Worker %d started pid=%d", w.index, proc.pid)
+                    log.info("Worker %d started", w.index, extra=fields(pid=proc.pid))
                     nursery.start_soon(self._send_limits, link)
                 await proc.wait()
                 nursery.cancel_scope.cancel()

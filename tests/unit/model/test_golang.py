@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trio_typha.gofmt import format_v
 from trio_typha.model.golang import (
     format_duration,
     format_ip,
-    format_v,
     parse_cidr,
     parse_cidr_or_ip,
     parse_duration,
