@@ -125,3 +125,18 @@ def test_flood_guard_reports_an_overdraft_as_a_flood_of_its_kind() -> None:
     assert all(r.kind is Flood.RAPID_RESET and r.shared is not None for r in reports)
     assert str(reports[0]).startswith("rapid_reset flood across connections")
     assert "address 10.0.0.7's shared budget of 100/s" in str(reports[0])
+
+
+def test_pings_of_a_peer_we_are_sending_data_are_not_charged_to_the_shared_budget() -> None:
+    # grpcio probes its bandwidth with PINGs while it reads a snapshot: a thousand such
+    # readers on one address must not empty the address's bucket into closing them.
+    budgets = SharedBudgets(SharedLimits(per_address={"ping": 1}, per_process={"ping": 1},
+                                         burst_seconds=1.0, offender_score=5.0))
+    reader = FloodGuard(shared=budgets.account("10.0.0.3"))
+    idle = FloodGuard(shared=budgets.account("10.0.0.3"))
+    t = 0.0
+    for _ in range(50):
+        t += 0.02
+        reader.data_sent(t, 3)
+        assert reader.count(Flood.PING, t) is None
+    assert any(idle.count(Flood.PING, t + i * 0.01) is not None for i in range(50))

@@ -12,8 +12,9 @@ WINDOW_UPDATE is the one a busy legitimate reader sends many of (one or two per 
 frame it takes), so its budget grows with the DATA frames we sent in the same window.
 
 A connection may also carry an :class:`~trio_typha.sessions.budgets.Account`: the same
-frames (but WINDOW_UPDATE, which tracks our own sending) are then charged against the
-budgets its source address and the process share, and an overdraft closes it the same way.
+frames are then charged against the budgets its source address and the process share, and
+an overdraft closes it the same way; WINDOW_UPDATE, and PING and SETTINGS while we are
+sending the peer data, are not (a legitimate reader sends them in step with our data).
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class FloodReport:
                 f"(budget {self.limit}/s)")
 
 
+_NEVER_SHARED = frozenset({Flood.WINDOW_UPDATE})
+_ANSWERING_DATA = frozenset({Flood.WINDOW_UPDATE, Flood.PING, Flood.SETTINGS})
+
+
 class FloodGuard:
     """Counts flood-prone frames in one-second windows; reports the first kind over budget."""
 
@@ -106,6 +111,14 @@ class FloodGuard:
         self._roll(now)
         self._data_sent += frames
 
+    def _unshared(self) -> frozenset[Flood]:
+        """Kinds not charged to the shared budgets now: WINDOW_UPDATE always (it tracks our
+        own sending), and PING and SETTINGS while we are sending this peer data (a client
+        reading a snapshot probes its bandwidth with PINGs)."""
+        if self._data_sent or self._data_sent_before:
+            return _ANSWERING_DATA
+        return _NEVER_SHARED
+
     def count(self, kind: Flood, now: float) -> FloodReport | None:
         """Count one frame of ``kind``; a report if that put the window over budget."""
         self._roll(now)
@@ -118,7 +131,7 @@ class FloodGuard:
         assert self._start is not None
         if n > limit:
             return FloodReport(kind, n, max(now - self._start, 0.0), limit)
-        if self.shared is not None and kind is not Flood.WINDOW_UPDATE and \
+        if self.shared is not None and kind not in self._unshared() and \
                 (overdraft := self.shared.charge(kind.value, now)) is not None:
             return FloodReport(kind, n, max(now - self._start, 0.0), limit, overdraft)
         return None
