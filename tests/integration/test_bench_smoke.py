@@ -143,6 +143,18 @@ def test_worker_latency_benchmark() -> None:
     assert row["workers"] == 2 and row["on_primary"]["n"] + row["on_workers"]["n"] > 0
 
 
+def test_floods_benchmark() -> None:
+    """bench/floods.py: a spread rapid reset from a separate process; the shared budgets
+    close the attacker's connections and every figure is reported."""
+    done = subprocess.run([sys.executable, "bench/floods.py", "--connections", "10",
+                           "--rate", "150", "--seconds", "2", "--after", "1"], cwd=ROOT,
+                          check=True, stdout=subprocess.PIPE, text=True, timeout=120)
+    row = json.loads(done.stdout[done.stdout.index("{"):])
+    assert row["attacker"]["closed_shared"] > 0
+    assert row["canary_keys_written"] > 0 and row["canary_pct_1s_after"] > 0
+    assert row["readiness_after"]["probes"] > 0 and row["rss_peak_mib"] >= row["rss_before_mib"]
+
+
 QUIET_FIGURES = {"connections", "requests", "watch_streams", "pings_sent",
                  "bytes_to_datastore", "bytes_from_datastore"}
 

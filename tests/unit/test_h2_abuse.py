@@ -339,7 +339,7 @@ def test_a_frame_of_exactly_the_max_size_is_accepted() -> None:
 
 def test_rapid_reset_spread_over_connections_is_closed_by_the_shared_budget() -> None:
     # 50 connections from one address, each resetting 40 streams a second (well under its
-    # own budget of 100/s): together 2,000/s against the address's 200/s.
+    # own budget of 100/s): together 2,000/s against the address's 100/s.
     budgets = SharedBudgets()
     peers = [RawPeer(budgets.account("10.9.9.9")) for _ in range(50)]
     for tick in range(40):

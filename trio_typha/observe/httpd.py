@@ -111,11 +111,13 @@ async def _handle(stream: trio.abc.Stream, handler: Handler,
                         404, "text/plain; charset=utf-8", b"404 page not found\n")
                     headers = [("content-type", ctype), ("content-length", str(len(body))),
                                ("connection", "close")]
-                    await stream.send_all(conn.send(h11.Response(status_code=status,
-                                                                 headers=headers)))
+                    # One write: on a busy loop every write waits a scheduling round, and a
+                    # probe answered late is a probe failed.
+                    out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
                     if event.method != b"HEAD":
-                        await stream.send_all(conn.send(h11.Data(data=body)))
-                    await stream.send_all(conn.send(h11.EndOfMessage()))
+                        out += conn.send(h11.Data(data=body)) or b""
+                    out += conn.send(h11.EndOfMessage()) or b""
+                    await stream.send_all(out)
                 return
         if upgrade is not None:
             assert slots is not None

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 #: A reset stream was opened first: new streams get twice the reset budget and count half
 #: towards a connection's score, so a rapid reset flood is named for its resets.
 DEFAULT_PER_ADDRESS: Mapping[str, float] = {
-    "rapid_reset": 200, "new_streams": 400, "settings": 100, "ping": 200,
+    "rapid_reset": 100, "new_streams": 200, "settings": 100, "ping": 200,
     "priority": 200, "empty_data": 200,
 }
 DEFAULT_PER_PROCESS: Mapping[str, float] = {
-    "rapid_reset": 1000, "new_streams": 2000, "settings": 500, "ping": 1000,
+    "rapid_reset": 500, "new_streams": 1000, "settings": 500, "ping": 1000,
     "priority": 1000, "empty_data": 1000,
 }
 
