@@ -32,6 +32,7 @@ from .model.kv import SYNCER_TYPES
 from .model.syncers import DatastoreMode, syncer_definition
 from .observe.accept import serve_listeners
 from .observe.health import Report
+from .server.backlog import BacklogListener
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
 from .serving import ServingProcess
 from .sessions.connections import SocketListener
@@ -155,10 +156,11 @@ class Daemon(ServingProcess[SyncerPipeline]):
                               self.listen_port, exc, ListenPortInUse,
                               "TYPHA_SERVERHOST") from None
         self.ports["server"] = sockets[0].socket.getsockname()[1]
+        listeners = [BacklogListener(s) for s in sockets]
         if self.server_workers > 1:  # the primary keeps its share, passes the rest
             return [BalancingListener(s, self._own_load, self._worker_targets)
-                    for s in sockets]
-        return list(sockets)
+                    for s in listeners]
+        return list(listeners)
 
     async def start_beside_listener(self, nursery: trio.Nursery) -> None:
         if self.server_workers > 1:

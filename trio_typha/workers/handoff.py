@@ -21,6 +21,7 @@ from typing import Protocol
 
 import trio
 
+from ..server.backlog import BacklogListener
 from . import control as c
 from .channel import ChannelClosed, WorkerLink
 
@@ -52,24 +53,34 @@ class BalancingListener(trio.abc.Listener[trio.SocketStream]):
     ``own()`` is the primary's connection count; ``targets()`` its workers.
     """
 
-    def __init__(self, inner: trio.SocketListener, own: Callable[[], int],
+    def __init__(self, inner: BacklogListener | trio.SocketListener, own: Callable[[], int],
                  targets: Callable[[], Sequence[Target]]) -> None:
         self.inner = inner
         self.socket = inner.socket  # what the daemon reads its port from
         self.own = own
         self.targets = targets
+        # Sockets kept here since the inner listener last waited: a backlog batch is handed
+        # out without a scheduling turn, so their connections are not in ``own()`` yet.
+        self._kept_unseen = 0
 
     async def accept(self) -> trio.SocketStream:
         while True:
+            if not (isinstance(self.inner, BacklogListener) and self.inner.backlog_taken):
+                self._kept_unseen = 0  # the accept below waits: the kept ones get counted
             stream = await self.inner.accept()
             workers = [w for w in self.targets() if w.running and w.link is not None]
             # A worker's load: what it was given less what it has reported closed (a close
             # is reported as it happens, so a worker looks busier only by clients gone
             # since its last report).
-            loads = [self.own()] + [w.passed - w.closed for w in workers]
+            loads = [self.own() + self._kept_unseen] + [w.passed - w.closed for w in workers]
             choice = least_loaded(loads)
-            if choice == 0 or not await self._pass(stream, workers[choice - 1]):
-                return stream
+            if choice != 0:
+                passed = await self._pass(stream, workers[choice - 1])
+                self._kept_unseen = 0  # passing awaits the channel: the kept ones are counted
+                if passed:
+                    continue
+            self._kept_unseen += 1
+            return stream
 
     async def _pass(self, stream: trio.SocketStream, worker: Target) -> bool:
         """Hand ``stream``'s socket to ``worker``; False if it stays with the primary."""
