@@ -420,6 +420,16 @@ class Config:
     snapshot_reuse_age_secs: float = param(
         "SnapshotReuseAgeSecs", _seconds, 1.0,
         "clients connecting within this time share one snapshot", own=True)
+    resume_history_updates: int = param(
+        "ResumeHistoryUpdates", _int(0, 1 << 24), 10000,
+        "gRPC resume by position: updates of breadcrumb history kept per syncer", own=True)
+    resume_history_age_secs: float = param(
+        "ResumeHistoryAgeSecs", _seconds, 600.0,
+        "gRPC resume by position: oldest breadcrumb history kept", own=True)
+    resume_digest_budget: int = param(
+        "ResumeDigestBudget", _int(0, 1 << 24), 20000,
+        "gRPC resume by digest: hashes and leaves compared per session before a snapshot "
+        "is sent instead (0: no resume by digest)", own=True)
     cache_wake_interval_secs: float = param(
         "CacheWakeIntervalSecs", _seconds, 0.0,
         "wake clients at most once per interval (0: on every update)", own=True)

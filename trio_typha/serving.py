@@ -218,6 +218,8 @@ class ServingProcess(ABC, Generic[P]):
                               snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
                               wake_interval=cfg.cache_wake_interval_secs,
                               max_fall_behind=self.settings.max_fall_behind,
+                              resume_history_updates=cfg.resume_history_updates,
+                              resume_history_age=cfg.resume_history_age_secs,
                               memo_builds=self.memo_builds)
                  for t in self.syncer_types}
         self.ctx = ServerContext(feeds=feeds, settings=self.settings, version=BUILD_VERSION,
@@ -228,6 +230,8 @@ class ServingProcess(ABC, Generic[P]):
             feed.on_round = sm.broadcast_round
             self.metrics.cache_staleness.labels(syncer=syncer_type).set_function(
                 partial(_staleness, feed))
+            self.metrics.resume_history_bytes.labels(syncer=syncer_type).set_function(
+                partial(getattr, feed.cache, "history_bytes"))
         try:
             async with trio.open_nursery() as nursery:
                 if self.handle_signals:

@@ -230,6 +230,6 @@ async def test_hello_is_logged_at_info_on_both_protocols(
     gob_line = next(line for line in lines if 'hostname="gob-node"' in line)
     assert ': Received Hello message from client. client="127.0.0.1:' in grpc_line
     assert 'clientVersion="test" compression="none" connID="0x' in grpc_line
-    assert grpc_line.endswith('protocol="grpc" syncerType="felix"')
+    assert grpc_line.endswith('protocol="grpc" start="snapshot" syncerType="felix"')
     assert 'clientVersion="v3.32.1" compression="snappy"' in gob_line
     assert gob_line.endswith('protocol="typha" syncerType="felix"')

@@ -25,10 +25,13 @@ class CacheFeed:
     def __init__(self, syncer_type: str, *, max_batch_size: int = 100,
                  snapshot_reuse_age: float = 0.0, wake_interval: float = 0.0,
                  max_fall_behind: float = 300.0, round_max_updates: int = 10000,
-                 memo_builds: MemoBuilds | None = None) -> None:
+                 memo_builds: MemoBuilds | None = None, resume_history_updates: int = 0,
+                 resume_history_age: float = 0.0, epoch: int | None = None) -> None:
         self.syncer_type = syncer_type
         self.cache = SnapshotCache(max_batch_size=max_batch_size, now=trio.current_time(),
-                                   memo_builds=memo_builds)
+                                   memo_builds=memo_builds,
+                                   history_updates=resume_history_updates,
+                                   history_age=resume_history_age, epoch=epoch)
         self.snapshot_reuse_age = snapshot_reuse_age
         self._published = trio.Event()
         self._in_sync = trio.Event()
@@ -77,9 +80,10 @@ class CacheFeed:
             self._wake()
 
     def append(self, updates: tuple[SerializedUpdate, ...], status: SyncStatus,
-               origin: float | None = None, memo: dict[Any, Any] | None = None) -> Breadcrumb:
+               origin: float | None = None, memo: dict[Any, Any] | None = None,
+               seq: int | None = None) -> Breadcrumb:
         """Publish one breadcrumb exactly as given (:meth:`SnapshotCache.append`)."""
-        crumb = self.cache.append(updates, status, trio.current_time(), origin, memo)
+        crumb = self.cache.append(updates, status, trio.current_time(), origin, memo, seq)
         if status is SyncStatus.IN_SYNC:
             self._in_sync.set()
         self._wake()

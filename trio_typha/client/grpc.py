@@ -18,6 +18,7 @@ from ..protocols.grpc.client_session import (
     ClientSession,
     Finished,
     Header,
+    Resume,
     StatusChanged,
     SyncEvent,
     Updates,
@@ -27,8 +28,9 @@ from ..tls.client import ClientTLSStream, tls_handshake
 from ..tls.diagnosis import answered_in_tls
 from .view import SyncView
 
-__all__ = ["Finished", "GrpcError", "Header", "StatusChanged", "StatusCode", "SyncEvent",
-           "Updates", "apply_event", "kv_from_pb", "open_stream", "sync"]
+__all__ = ["Finished", "GrpcError", "Header", "Resume", "StatusChanged", "StatusCode",
+           "SyncEvent", "Updates", "apply_event", "kv_from_pb", "open_stream", "resume_of",
+           "sync"]
 
 
 async def open_stream(host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
@@ -50,7 +52,8 @@ async def open_stream(host: str, port: int, *, ssl_context: ssl.SSLContext | Non
 
 async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",
                info: str = "trio-typha client", version: str = "",
-               authority: str = "localhost") -> AsyncIterator[SyncEvent]:
+               authority: str = "localhost", resume: Resume | None = None
+               ) -> AsyncIterator[SyncEvent]:
     """Run one Sync stream over ``stream``; yields events until the server ends it.
 
     Raises :class:`~trio_typha.grpcwire.status.GrpcError` if the stream ends with a
@@ -59,7 +62,7 @@ async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",
     answered our plaintext in TLS.
     """
     session = ClientSession(syncer_type, hostname=hostname, info=info, version=version,
-                            authority=authority)
+                            authority=authority, resume=resume)
     await stream.send_all(session.data_to_send())
     heard = isinstance(stream, ClientTLSStream)  # only a plaintext answer is checked
     while True:
@@ -82,15 +85,32 @@ async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",
             return
 
 
+def resume_of(view: SyncView) -> Resume | None:
+    """What ``view`` lets the next stream resume from (None: it has nothing to offer)."""
+    if not view.snapshot_done:
+        return None
+    return Resume(view.epoch, view.seq, view.tree)
+
+
 def apply_event(view: SyncView, event: SyncEvent) -> None:
     """Fold one event into ``view``."""
     if isinstance(event, Header):
         view.status = event.status
+        if event.resume == "snapshot":
+            view.restart()
+        # The position counts only once the start is complete (finished): until then the
+        # copy is not yet at a breadcrumb of this server.
+        view.server_epoch = event.epoch
+        if event.resume != "position":
+            view.epoch = 0
     elif isinstance(event, Updates):
         view.apply(event.updates)
+        if event.seq:
+            view.seq = event.seq
     elif isinstance(event, Finished):
         view.status = event.status
         view.snapshot_done = True
         view.snapshot_size = event.snapshot_size
+        view.epoch, view.seq = view.server_epoch, event.seq
     elif isinstance(event, StatusChanged):
         view.status = event.status

@@ -37,7 +37,7 @@ def connections_document(replica: str, rows: list[dict[str, Any]], *, version: s
 
 _COLUMNS = (("REPLICA", "replica"), ("ID", "id"), ("PEER", "peer"), ("HOSTNAME", "hostname"),
             ("SYNCER", "syncer_type"), ("PROTO", "protocol"), ("TLS", "tls_identity"),
-            ("COMPR", "compression"), ("STATE", "state"), ("SEQ", "seq"),
+            ("COMPR", "compression"), ("RESUME", "resume"), ("STATE", "state"), ("SEQ", "seq"),
             ("LAG", "lag_seq"), ("LAG S", "lag_secs"), ("SENT", "bytes_sent"),
             ("MSGS", "messages_sent"), ("SINCE", "connected_since"))
 

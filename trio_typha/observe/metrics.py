@@ -19,6 +19,9 @@ from prometheus_client.utils import floatToGoString
 from ..model.kv import SYNCER_TYPES
 from .quantiles import QuantileSummary
 
+#: How a gRPC stream can start (typha_resume_total's method label).
+RESUME_METHODS = ("snapshot", "position", "digest")
+
 if TYPE_CHECKING:
     from ..cache.fanout import RoundResult
 
@@ -80,6 +83,16 @@ class Metrics:
         self.snapshots_reused = Counter(
             "typha_snapshots_reused", "Number of binary snapshots that were reused.",
             ["syncer"], registry=r)
+        self.resume_total = Counter(
+            "typha_resume_total", "gRPC streams started, by how: a snapshot or a resume by "
+            "position or by digest.", ["syncer", "method"], registry=r)
+        self.resume_bytes = Counter(
+            "typha_resume_bytes_total", "Bytes sent to start gRPC streams (header to "
+            "finished, digest queries included), by how they started.",
+            ["syncer", "method"], registry=r)
+        self.resume_history_bytes = Gauge(
+            "typha_resume_history_bytes", "Key and value bytes of the breadcrumb history "
+            "kept for resumes by position.", ["syncer"], registry=r)
         self.snapshot_raw_bytes = Gauge(
             "typha_snapshot_raw_bytes", "Size of the most recent binary snapshot before "
             "compression.", ["syncer"], registry=r)
@@ -134,7 +147,7 @@ class Metrics:
         for syncer in SYNCER_TYPES:
             for metric in vars(self).values():
                 if isinstance(metric, MetricWrapperBase | QuantileSummary) \
-                        and "syncer" in metric._labelnames:
+                        and metric._labelnames == ("syncer",):
                     metric.labels(syncer=syncer)
 
     def count_encodings(self, built: Mapping[str, Callable[[], float]]) -> None:
@@ -171,9 +184,9 @@ class Metrics:
         return 200, "text/plain; version=0.0.4; charset=utf-8", self.exposition()
 
 
-# Typha counters whose Go name itself ends in _total (prometheus-client strips the suffix
-# from every counter's family name).
-_TOTAL_SUFFIXED = frozenset({"typha_updates"})
+# Counters whose name itself ends in _total (prometheus-client strips the suffix from every
+# counter's family name): Typha's, and ours named the Prometheus way.
+_TOTAL_SUFFIXED = frozenset({"typha_updates", "typha_resume", "typha_resume_bytes"})
 
 
 def _escape_help(text: str) -> str:
@@ -229,6 +242,10 @@ class SyncerMetrics:
         self.snapshot_compressed_bytes = m.snapshot_compressed_bytes.labels(syncer=syncer)
         self.breadcrumb_block = m.breadcrumb_block.labels(syncer=syncer)
         self.breadcrumb_non_block = m.breadcrumb_non_block.labels(syncer=syncer)
+        self.resume_total = {k: m.resume_total.labels(syncer=syncer, method=k)
+                             for k in RESUME_METHODS}
+        self.resume_bytes = {k: m.resume_bytes.labels(syncer=syncer, method=k)
+                             for k in RESUME_METHODS}
 
     def broadcast_round(self, result: RoundResult) -> None:
         """A broadcast round's deliveries, counted as the writers count theirs."""

@@ -61,6 +61,8 @@ class Session:
     hostname: str = ""
     client_version: str = ""
     compression: str = ""
+    #: How the stream started: "snapshot", or a resume ("position", "digest").
+    resume: str = ""
     state: State = State.HANDSHAKE
     #: Cancelling it ends this session alone (gRPC: the stream; gob: the connection).
     cancel_scope: trio.CancelScope | None = None
@@ -361,7 +363,7 @@ class ConnectionRegistry:
                     "connected_secs": round(now - conn.connected_at, 3)}
             if not conn.sessions:
                 rows.append({**base, "id": conn.id, "hostname": "", "syncer_type": "",
-                             "compression": "", "seq": None, "lag_seq": 0, "lag_secs": 0.0,
+                             "compression": "", "resume": "", "seq": None, "lag_seq": 0, "lag_secs": 0.0,
                              "bytes_sent": 0, "messages_sent": 0,
                              "state": conn.state.value})
             for s in conn.sessions.values():
@@ -369,6 +371,7 @@ class ConnectionRegistry:
                 rows.append({**base, "id": s.id, "protocol": s.protocol,
                              "hostname": s.hostname, "syncer_type": s.syncer_type,
                              "client_version": s.client_version, "compression": s.compression,
+                             "resume": s.resume,
                              "seq": s.seq if s.seq >= 0 else None, "lag_seq": lag_seq,
                              "lag_secs": round(lag_secs, 3), "bytes_sent": s.bytes_sent,
                              "messages_sent": s.messages_sent,

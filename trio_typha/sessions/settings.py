@@ -37,6 +37,7 @@ class ServerSettings:
     max_concurrent_streams: int = from_param("ServerMaxConcurrentStreams")
     drain_timeout: float = from_param("ServerDrainTimeoutSecs")
     h2_idle_timeout: float = from_param("ServerH2IdleTimeoutSecs")
+    resume_digest_budget: int = from_param("ResumeDigestBudget")
     #: Bytes; a bigger client message is a protocol error (not configurable, as in Typha).
     max_inbound_message: int = 1 << 20
 
@@ -52,7 +53,8 @@ class ServerSettings:
             snapshot_reuse_age=cfg.snapshot_reuse_age_secs,
             max_concurrent_streams=cfg.server_max_concurrent_streams,
             drain_timeout=cfg.server_drain_timeout_secs,
-            h2_idle_timeout=cfg.server_h2_idle_timeout_secs).normalized()
+            h2_idle_timeout=cfg.server_h2_idle_timeout_secs,
+            resume_digest_budget=cfg.resume_digest_budget).normalized()
 
     def normalized(self) -> ServerSettings:
         """Apply Typha's re-defaulting: PongTimeout must exceed twice the ping interval."""

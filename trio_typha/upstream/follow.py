@@ -102,7 +102,8 @@ class FollowerPipeline:
                     if seq is not None and record.seq != seq + 1:
                         raise wire.WireError(f"breadcrumb {record.seq} after {seq}")
                     seq = record.seq
-                    feed.append(record.updates, record.status, now - record.age, record.memo)
+                    feed.append(record.updates, record.status, now - record.age, record.memo,
+                                record.seq)
                 elif isinstance(record, wire.Snapshot) and not started:
                     feed.append(record.updates, record.status, now - record.age)
                     started = True

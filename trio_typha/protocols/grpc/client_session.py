@@ -19,6 +19,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from ...cache.digest import DigestError, KeyTree, Query, answer
 from ...grpcwire.framing import MessageDecoder, frame_message
 from ...grpcwire.status import GrpcError, StatusCode, decode_grpc_message
 from ...model.kv import SerializedUpdate, SyncStatus, UpdateType
@@ -35,18 +36,37 @@ class Header:
     server_version: str
     syncer_type: str
     status: SyncStatus
+    #: The server's cache epoch, and how the stream starts: "snapshot" (the client's copy
+    #: is replaced), "position" or "digest" (it is kept and amended).
+    epoch: int = 0
+    resume: str = "snapshot"
 
 
 @dataclass(frozen=True, slots=True)
 class Updates:
     updates: list[SerializedUpdate]
-    snapshot: bool  # part of the initial snapshot
+    snapshot: bool  # part of the initial snapshot (or of a resume's repair)
+    seq: int = 0  # the server's breadcrumb (0: none, e.g. in a snapshot)
 
 
 @dataclass(frozen=True, slots=True)
 class Finished:
     status: SyncStatus
     snapshot_size: int
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What a client kept from an earlier stream: the position it reached and (for a
+    resume by digest, on any replica) the hash tree of its copy."""
+
+    epoch: int = 0
+    seq: int = 0
+    tree: KeyTree | None = None
+
+
+_METHODS = {0: "snapshot", 1: "position", 2: "digest"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +88,7 @@ class ClientSession:
 
     def __init__(self, syncer_type: str, *, hostname: str = "",
                  info: str = "trio-typha client", version: str = "",
-                 authority: str = "localhost") -> None:
+                 authority: str = "localhost", resume: Resume | None = None) -> None:
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(
             client_side=True, header_encoding=None))
         conn = self._h2
@@ -83,6 +103,12 @@ class ClientSession:
         ])
         start = pb.SyncRequest(start=pb.SyncRequestStart(
             syncer_type=syncer_type, hostname=hostname, info=info, version=version))
+        self._tree = resume.tree if resume is not None else None
+        if resume is not None:
+            start.start.resume.epoch = resume.epoch
+            start.start.resume.seq = resume.seq
+            if resume.tree is not None:
+                start.start.resume.root = resume.tree.root.to_bytes(8, "big")
         conn.send_data(sid, frame_message(start.SerializeToString()))
         self._decoder = MessageDecoder(MAX_MESSAGE)
         self._snapshot_finished = False
@@ -142,13 +168,18 @@ class ClientSession:
         if which == "header":
             h = msg.header
             return Header(h.server_conn_id, h.server_version, h.syncer_type,
-                          SyncStatus(h.sync_status))
+                          SyncStatus(h.sync_status), h.epoch,
+                          _METHODS.get(h.resume_method, "snapshot"))
         if which == "update":
             return Updates([kv_from_pb(kv) for kv in msg.update.kvs],
-                           not self._snapshot_finished)
+                           not self._snapshot_finished, msg.update.seq)
         if which == "finished":
             self._snapshot_finished = True
-            return Finished(SyncStatus(msg.finished.sync_status), msg.finished.snapshot_size)
+            return Finished(SyncStatus(msg.finished.sync_status), msg.finished.snapshot_size,
+                            msg.finished.seq)
+        if which == "digest_query":
+            self._answer_digest(msg.digest_query)
+            return None
         if which == "status":
             return StatusChanged(SyncStatus(msg.status.sync_status))
         if which == "ping":
@@ -156,6 +187,17 @@ class ClientSession:
                 ping_id=msg.ping.id, ping_timestamp_unix_nanos=msg.ping.timestamp_unix_nanos))
             self._h2.send_data(self._sid, frame_message(ack.SerializeToString()))
         return None
+
+    def _answer_digest(self, q: pb.DigestQuery) -> None:
+        if self._tree is None:
+            raise GrpcError(StatusCode.INTERNAL, "server sent a digest query unasked")
+        try:
+            ans = answer(self._tree, Query(tuple(q.nodes), tuple(q.leaves), tuple(q.names)))
+        except DigestError as exc:
+            raise GrpcError(StatusCode.INTERNAL, f"server's digest query: {exc}") from None
+        reply = pb.SyncRequest(digest=pb.DigestAnswer(
+            sums=ans.sums, leaves=ans.leaves, names=ans.names))
+        self._h2.send_data(self._sid, frame_message(reply.SerializeToString()))
 
     def _end(self, headers: dict[bytes, bytes]) -> None:
         self.ended = True

@@ -14,6 +14,7 @@ from typing import cast
 from google.protobuf.message import DecodeError
 
 from ...cache.core import Breadcrumb
+from ...cache.digest import Answer, Query
 from ...grpcwire.framing import frame_message
 from ...grpcwire.status import GrpcError, StatusCode
 from ...model.kv import SerializedUpdate, SyncStatus, UpdateType
@@ -44,8 +45,10 @@ def _framed(response: pb.SyncResponse) -> bytes:
     return frame_message(response.SerializeToString())
 
 
-def _updates(updates: tuple[SerializedUpdate, ...] | list[SerializedUpdate]) -> bytes:
-    return _framed(pb.SyncResponse(update=pb.Updates(kvs=[kv_message(u) for u in updates])))
+def _updates(updates: tuple[SerializedUpdate, ...] | list[SerializedUpdate],
+             seq: int = 0) -> bytes:
+    return _framed(pb.SyncResponse(update=pb.Updates(kvs=[kv_message(u) for u in updates],
+                                                     seq=seq)))
 
 
 #: Memo key of a breadcrumb's update message (a ServerWorkers worker is handed it).
@@ -54,7 +57,8 @@ UPDATE_KEY = ("grpc", "update")
 
 def update_message(crumb: Breadcrumb) -> bytes:
     """The breadcrumb's updates as one framed message; ``b""`` if it only changed status."""
-    return crumb.memo(UPDATE_KEY, lambda c: _updates(c.updates) if c.updates else b"")
+    return crumb.memo(UPDATE_KEY,
+                      lambda c: _updates(c.updates, c.seq) if c.updates else b"")
 
 
 def snapshot_messages(crumb: Breadcrumb, batch_size: int) -> tuple[bytes, ...]:
@@ -71,8 +75,28 @@ def snapshot_messages(crumb: Breadcrumb, batch_size: int) -> tuple[bytes, ...]:
 
 def finished_message(crumb: Breadcrumb) -> bytes:
     """End of the snapshot taken at ``crumb``, with its status and size."""
-    return crumb.memo(("grpc", "finished"), lambda c: _framed(pb.SyncResponse(
-        finished=pb.Finished(sync_status=_PB_STATUS[c.status], snapshot_size=len(c.snapshot())))))
+    return crumb.memo(("grpc", "finished"), lambda c: resumed_message(c, len(c.snapshot())))
+
+
+def resumed_message(crumb: Breadcrumb, size: int) -> bytes:
+    """End of a start at ``crumb`` that sent ``size`` KVs (a resume: the client's copy is
+    complete as of ``crumb``, and the stream continues after it)."""
+    return _framed(pb.SyncResponse(finished=pb.Finished(
+        sync_status=_PB_STATUS[crumb.status], snapshot_size=size, seq=crumb.seq)))
+
+
+def repair_messages(updates: list[SerializedUpdate], batch_size: int) -> list[bytes]:
+    """The updates and deletions a resume by digest found the client lacking."""
+    return [_updates(updates[i:i + batch_size]) for i in range(0, len(updates), batch_size)]
+
+
+def digest_query_message(query: Query) -> bytes:
+    return _framed(pb.SyncResponse(digest_query=pb.DigestQuery(
+        nodes=query.nodes, leaves=query.leaves, names=query.names)))
+
+
+def digest_answer(msg: pb.DigestAnswer) -> Answer:
+    return Answer(msg.sums, tuple(msg.leaves), tuple(msg.names))
 
 
 _STATUS_MESSAGES = {
@@ -85,11 +109,16 @@ def status_message(status: SyncStatus) -> bytes:
     return _STATUS_MESSAGES[status]
 
 
+#: ResumeMethod by the name /connections and the metrics use.
+RESUME_METHOD = {"snapshot": pb.RESUME_METHOD_SNAPSHOT, "position": pb.RESUME_METHOD_POSITION,
+                 "digest": pb.RESUME_METHOD_DIGEST}
+
+
 def header_message(*, conn_id: int, server_version: str, syncer_type: str,
-                   status: SyncStatus) -> bytes:
+                   status: SyncStatus, epoch: int = 0, resume: str = "snapshot") -> bytes:
     return _framed(pb.SyncResponse(header=pb.Header(
         server_conn_id=conn_id, server_version=server_version, syncer_type=syncer_type,
-        sync_status=_PB_STATUS[status])))
+        sync_status=_PB_STATUS[status], epoch=epoch, resume_method=RESUME_METHOD[resume])))
 
 
 def ping_message(ping_id: int, timestamp_ns: int) -> bytes:

@@ -4,9 +4,13 @@ The trio shell (:mod:`.sync_service`) asks this object what to send and when, fe
 what the client sent and the current time, and turns the :class:`GrpcError` it raises into
 the end of the stream.  Phases, h11-style::
 
-    AWAIT_START --start--> SNAPSHOT --snapshot_sent()--> LIVE
+    AWAIT_START --start--> [resume()] --> SNAPSHOT --snapshot_sent()--> LIVE
+                                 \\--> DIGEST --on_digest()...--^
 
-Pings and the pong timeout only run in LIVE, as in Typha.
+Pings and the pong timeout only run in LIVE, as in Typha.  :meth:`SyncSession.resume`
+decides how a stream whose client kept a copy starts: by position (the breadcrumb it
+reached is still in this cache's history), by digest (the client's hash tree is compared
+with the cache's, :mod:`trio_typha.cache.digest`) or, failing both, with a snapshot.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...cache.core import Breadcrumb
+from ...cache.core import Breadcrumb, SnapshotCache
+from ...cache.digest import DigestError, DigestExchange, Outcome, Query
 from ...grpcwire.status import GrpcError, StatusCode
-from ...model.kv import SYNCER_TYPES, SyncStatus
+from ...model.kv import SYNCER_TYPES, SerializedUpdate, SyncStatus, UpdateType
 from ...sessions.lag import Lag, LagPolicy
 from ...sessions.liveness import Liveness
 from ...sessions.settings import ServerSettings
@@ -30,6 +35,7 @@ from . import typha_pb2 as pb
 
 class Phase(enum.Enum):
     AWAIT_START = "await-start"
+    DIGEST = "digest"
     SNAPSHOT = "snapshot"
     LIVE = "live"
 
@@ -43,6 +49,10 @@ class ClientStart:
     info: str
     version: str
     client_conn_id: int
+    #: The client's position (0: none) and the root of its hash tree (None: none).
+    resume_epoch: int = 0
+    resume_seq: int = 0
+    resume_root: int | None = None
 
 
 class SyncSession:
@@ -58,6 +68,15 @@ class SyncSession:
         self.lag = LagPolicy(self.settings)
         self.liveness: Liveness[int] = Liveness(self.settings, self._rng)
         self._ping_id = 0
+        #: How the stream starts: "snapshot", "position" or "digest".
+        self.method = "snapshot"
+        #: The breadcrumb the client's copy is at after the start (position, digest).
+        self.resume_from: Breadcrumb | None = None
+        #: What the digest exchange found the client lacking.
+        self.repair: Outcome | None = None
+        #: Why a resume the client asked for was not possible (for the log).
+        self.resume_note = ""
+        self._exchange: DigestExchange | None = None
 
     # --- client messages ----------------------------------------------------------------
 
@@ -75,6 +94,8 @@ class SyncSession:
             return None
         if kind == "start":
             raise GrpcError(StatusCode.INVALID_ARGUMENT, "'start' sent twice")
+        if kind == "digest":
+            raise GrpcError(StatusCode.INVALID_ARGUMENT, "digest answer not asked for")
         raise GrpcError(StatusCode.INVALID_ARGUMENT, "empty request message")
 
     def _on_start(self, start: pb.SyncRequestStart) -> ClientStart:
@@ -83,10 +104,85 @@ class SyncSession:
             raise GrpcError(StatusCode.INVALID_ARGUMENT,
                             f"unknown syncer_type {start.syncer_type!r}; expected one of "
                             f"{', '.join(SYNCER_TYPES)} (or empty for felix)")
+        root: int | None = None
+        if start.HasField("resume") and start.resume.root:
+            if len(start.resume.root) != 8:
+                raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                                f"resume root is {len(start.resume.root)} bytes, not 8")
+            root = int.from_bytes(start.resume.root, "big")
         self.start = ClientStart(syncer_type, start.hostname, start.info, start.version,
-                                 start.client_conn_id)
+                                 start.client_conn_id, start.resume.epoch, start.resume.seq,
+                                 root)
         self.phase = Phase.SNAPSHOT
         return self.start
+
+    # --- how the stream starts ----------------------------------------------------------
+
+    def resume(self, cache: SnapshotCache) -> bytes | None:
+        """Decide how the stream starts; return the first digest query to send, or None
+        once decided (:attr:`method`, :attr:`resume_from`, :attr:`repair`)."""
+        start = self.start
+        assert start is not None and self.phase is Phase.SNAPSHOT
+        if start.resume_epoch:
+            crumb = cache.position(start.resume_epoch, start.resume_seq)
+            if crumb is not None:
+                self.method, self.resume_from = "position", crumb
+                return None
+            self.resume_note = ("another epoch" if start.resume_epoch != cache.epoch
+                                else f"seq {start.resume_seq} not in history "
+                                     f"({cache.history_first_seq}..{cache.latest.seq})")
+        if start.resume_root is None:
+            return None
+        if self.settings.resume_digest_budget <= 0:
+            self.resume_note += "; resume by digest is off" if self.resume_note else \
+                "resume by digest is off"
+            return None
+        # The repair is as of the newest breadcrumb now; what is published during the
+        # exchange is replayed after it, so keys that change meanwhile still end right.
+        self.resume_from = cache.latest
+        self._exchange = DigestExchange(cache.tree, start.resume_root,
+                                        self.settings.resume_digest_budget)
+        return self._digest_step(self._exchange.begin())
+
+    def on_digest(self, payload: bytes) -> bytes | None:
+        """Handle the client's answer to the last digest query; return the next query, or
+        None once the exchange is over."""
+        assert self.phase is Phase.DIGEST and self._exchange is not None
+        request = encode_once.parse_request(payload)
+        kind = request.WhichOneof("msg")
+        if kind != "digest":
+            raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                            f"expected a digest answer, got {kind or 'an empty message'}")
+        try:
+            step = self._exchange.receive(encode_once.digest_answer(request.digest))
+        except DigestError as exc:
+            raise GrpcError(StatusCode.INVALID_ARGUMENT, f"bad digest answer: {exc}") from None
+        return self._digest_step(step)
+
+    def _digest_step(self, step: Query | Outcome) -> bytes | None:
+        if isinstance(step, Query):
+            self.phase = Phase.DIGEST
+            return encode_once.digest_query_message(step)
+        self.phase = Phase.SNAPSHOT
+        self._exchange = None
+        if step.over_budget:
+            self.resume_from = None
+            note = f"digest over budget ({step.work} > {self.settings.resume_digest_budget})"
+            self.resume_note = f"{self.resume_note}; {note}" if self.resume_note else note
+        else:
+            self.method, self.repair = "digest", step
+        return None
+
+    def repair_updates(self, cache: SnapshotCache) -> list[SerializedUpdate]:
+        """The KVs a resume by digest sends: the current entry of each differing key (a
+        deletion where the key is gone now)."""
+        assert self.repair is not None
+        out = []
+        for key in sorted({*self.repair.send, *self.repair.delete}):
+            current = cache.get(key)
+            out.append(current if current is not None else SerializedUpdate(
+                key, None, update_type=UpdateType.DELETED))
+        return out
 
     def _on_ack(self, ping_id: int, now: float) -> None:
         # An ack answers every earlier ping too (they may have crossed in flight).

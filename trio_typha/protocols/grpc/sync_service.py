@@ -112,37 +112,107 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
                               hostname=start.hostname, client_version=start.version,
                               cancel_scope=stream.cancel_scope, feed=feed,
                               state=State.SNAPSHOT) as info:
+        await _exchange_digests(stream, session, feed, info)
+        info.resume = session.method
         # The Sync stream's messages are not compressed (grpc-encoding identity).
         log_hello(log, "grpc", conn.peer, info.id, hostname=start.hostname,
                   syncer_type=start.syncer_type, version=start.version, info=start.info,
-                  compression="", throttle=ctx.hello_log, now=trio.current_time())
+                  compression="", throttle=ctx.hello_log, now=trio.current_time(),
+                  resume=_start_note(session))
         with SessionReport(info, metrics) as report:
             async with trio.open_nursery() as nursery:
                 # Read from the start: a second start (or anything else out of turn) ends
                 # the stream when it arrives, not once the snapshot is out.
                 nursery.start_soon(_read_acks, stream, session, report)
                 report.snapshot_started(trio.current_time())
-                crumb = await _send_snapshot(stream, ctx, session, feed, info)
+                if session.resume_from is None:
+                    crumb = await _send_snapshot(stream, ctx, session, feed, info)
+                else:
+                    crumb = await _send_resume(stream, ctx, session, feed, info)
+                metrics.resume_total[session.method].inc()
+                metrics.resume_bytes[session.method].inc(info.bytes_sent)
                 report.streaming(trio.current_time())
                 nursery.start_soon(_watch_pongs, session)
                 nursery.start_soon(_send_pings, stream, session, info)
                 await _send_updates(stream, session, feed, crumb, info, metrics)
 
 
-async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
-                         feed: CacheFeed, info: Session) -> Breadcrumb:
-    crumb = feed.snapshot_point()
-    out = [encode_once.header_message(conn_id=info.id, server_version=ctx.version or BUILD_VERSION,
-                                   syncer_type=feed.syncer_type, status=crumb.status)]
-    batch = session.settings.max_message_size
-    out += await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
-                            lambda: encode_once.snapshot_messages(crumb, batch))
-    out.append(encode_once.finished_message(crumb))
-    for message in out:
+def _start_note(session: SyncSession) -> str:
+    if session.resume_note:
+        return f"{session.method} ({session.resume_note})"
+    return session.method
+
+
+async def _exchange_digests(stream: MessageStream, session: SyncSession, feed: CacheFeed,
+                            info: Session) -> None:
+    """Decide how the stream starts, comparing hash trees with the client if it sent one
+    (each answer due within the handshake timeout)."""
+    query = session.resume(feed.cache)
+    while query is not None:
+        await stream.send(query)
+        info.sent(len(query))
+        payload: bytes | None = b""
+        with trio.move_on_after(session.settings.handshake_timeout):
+            payload = await stream.receive()
+        if payload == b"":
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
+                            f"no digest answer within {session.settings.handshake_timeout:g}s")
+        if payload is None:
+            raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                            "request stream ended during the digest exchange")
+        query = session.on_digest(payload)
+
+
+def _header(ctx: ServerContext, session: SyncSession, feed: CacheFeed, info: Session,
+            crumb: Breadcrumb) -> bytes:
+    return encode_once.header_message(
+        conn_id=info.id, server_version=ctx.version or BUILD_VERSION,
+        syncer_type=feed.syncer_type, status=crumb.status, epoch=feed.cache.epoch,
+        resume=session.method)
+
+
+async def _send_start(stream: MessageStream, session: SyncSession, info: Session,
+                      messages: list[bytes], crumb: Breadcrumb) -> None:
+    """Send the start (header to finished) that leaves the client at ``crumb``; go live."""
+    for message in messages:
         await stream.send(message)
         info.sent(len(message))
     info.reached(crumb.seq, crumb.timestamp)
     session.snapshot_sent(crumb.status, trio.current_time())
+
+
+async def _send_resume(stream: MessageStream, ctx: ServerContext, session: SyncSession,
+                       feed: CacheFeed, info: Session) -> Breadcrumb:
+    """Start a stream whose client kept its copy: the keys a digest exchange found
+    differing (none by position), the updates published after the breadcrumb the copy is
+    at (the shared encodings every client gets), then ``finished``."""
+    crumb = session.resume_from
+    assert crumb is not None
+    target = feed.latest
+    out = [_header(ctx, session, feed, info, target)]
+    repair = session.repair_updates(feed.cache) if session.repair is not None else []
+    out += encode_once.repair_messages(repair, session.settings.max_message_size)
+    session.last_status_sent = crumb.status
+    while crumb is not target:
+        assert crumb.next is not None
+        crumb = crumb.next
+        out += session.messages_for(crumb)
+    out.append(encode_once.resumed_message(target, len(repair)))
+    await _send_start(stream, session, info, out, target)
+    log.debug("gRPC session %#x resumed by %s at seq %d (%d KVs repaired)", info.id,
+              session.method, target.seq, len(repair))
+    return target
+
+
+async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
+                         feed: CacheFeed, info: Session) -> Breadcrumb:
+    crumb = feed.snapshot_point()
+    out = [_header(ctx, session, feed, info, crumb)]
+    batch = session.settings.max_message_size
+    out += await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
+                            lambda: encode_once.snapshot_messages(crumb, batch))
+    out.append(encode_once.finished_message(crumb))
+    await _send_start(stream, session, info, out, crumb)
     log.debug("gRPC session %#x: snapshot of %d KVs at seq %d sent", info.id,
               len(crumb.snapshot()), crumb.seq)
     return crumb

@@ -24,37 +24,45 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0btypha.proto\x12\x08typha.v1\"_\n\x0bSyncRequest\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.typha.v1.SyncRequestStartH\x00\x12\x1c\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\r.typha.v1.AckH\x00\x42\x05\n\x03msg\"p\n\x10SyncRequestStart\x12\x13\n\x0bsyncer_type\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0c\n\x04info\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x16\n\x0e\x63lient_conn_id\x18\x05 \x01(\x04\"9\n\x03\x41\x63k\x12\x0f\n\x07ping_id\x18\x01 \x01(\x04\x12!\n\x19ping_timestamp_unix_nanos\x18\x02 \x01(\x03\"\xd0\x01\n\x0cSyncResponse\x12\"\n\x06header\x18\x01 \x01(\x0b\x32\x10.typha.v1.HeaderH\x00\x12#\n\x06update\x18\x02 \x01(\x0b\x32\x11.typha.v1.UpdatesH\x00\x12&\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x12.typha.v1.FinishedH\x00\x12\x1e\n\x04ping\x18\x04 \x01(\x0b\x32\x0e.typha.v1.PingH\x00\x12(\n\x06status\x18\x05 \x01(\x0b\x32\x16.typha.v1.StatusChangeH\x00\x42\x05\n\x03msg\"x\n\x06Header\x12\x16\n\x0eserver_conn_id\x18\x01 \x01(\x04\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12\x13\n\x0bsyncer_type\x18\x03 \x01(\t\x12)\n\x0bsync_status\x18\x04 \x01(\x0e\x32\x14.typha.v1.SyncStatus\"\x9e\x01\n\x02KV\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x10\n\x08revision\x18\x03 \x01(\t\x12\x1b\n\x13v3_resource_version\x18\x04 \x01(\t\x12\x11\n\tttl_nanos\x18\x05 \x01(\x03\x12)\n\x0bupdate_type\x18\x06 \x01(\x0e\x32\x14.typha.v1.UpdateType\x12\x0f\n\x07\x64\x65leted\x18\x07 \x01(\x08\"$\n\x07Updates\x12\x19\n\x03kvs\x18\x01 \x03(\x0b\x32\x0c.typha.v1.KV\"L\n\x08\x46inished\x12)\n\x0bsync_status\x18\x01 \x01(\x0e\x32\x14.typha.v1.SyncStatus\x12\x15\n\rsnapshot_size\x18\x02 \x01(\x04\"0\n\x04Ping\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x1c\n\x14timestamp_unix_nanos\x18\x02 \x01(\x03\"9\n\x0cStatusChange\x12)\n\x0bsync_status\x18\x01 \x01(\x0e\x32\x14.typha.v1.SyncStatus*m\n\nSyncStatus\x12\"\n\x1eSYNC_STATUS_WAIT_FOR_DATASTORE\x10\x00\x12\"\n\x1eSYNC_STATUS_RESYNC_IN_PROGRESS\x10\x01\x12\x17\n\x13SYNC_STATUS_IN_SYNC\x10\x02*l\n\nUpdateType\x12\x17\n\x13UPDATE_TYPE_UNKNOWN\x10\x00\x12\x13\n\x0fUPDATE_TYPE_NEW\x10\x01\x12\x17\n\x13UPDATE_TYPE_UPDATED\x10\x02\x12\x17\n\x13UPDATE_TYPE_DELETED\x10\x03\x32\x41\n\x04Sync\x12\x39\n\x04Sync\x12\x15.typha.v1.SyncRequest\x1a\x16.typha.v1.SyncResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0btypha.proto\x12\x08typha.v1\"\x89\x01\n\x0bSyncRequest\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.typha.v1.SyncRequestStartH\x00\x12\x1c\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\r.typha.v1.AckH\x00\x12(\n\x06\x64igest\x18\x03 \x01(\x0b\x32\x16.typha.v1.DigestAnswerH\x00\x42\x05\n\x03msg\"\x92\x01\n\x10SyncRequestStart\x12\x13\n\x0bsyncer_type\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0c\n\x04info\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x16\n\x0e\x63lient_conn_id\x18\x05 \x01(\x04\x12 \n\x06resume\x18\x06 \x01(\x0b\x32\x10.typha.v1.Resume\"2\n\x06Resume\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04root\x18\x03 \x01(\x0c\";\n\x0c\x44igestAnswer\x12\x0c\n\x04sums\x18\x01 \x01(\x0c\x12\x0e\n\x06leaves\x18\x02 \x03(\x0c\x12\r\n\x05names\x18\x03 \x03(\t\"9\n\x03\x41\x63k\x12\x0f\n\x07ping_id\x18\x01 \x01(\x04\x12!\n\x19ping_timestamp_unix_nanos\x18\x02 \x01(\x03\"\xff\x01\n\x0cSyncResponse\x12\"\n\x06header\x18\x01 \x01(\x0b\x32\x10.typha.v1.HeaderH\x00\x12#\n\x06update\x18\x02 \x01(\x0b\x32\x11.typha.v1.UpdatesH\x00\x12&\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x12.typha.v1.FinishedH\x00\x12\x1e\n\x04ping\x18\x04 \x01(\x0b\x32\x0e.typha.v1.PingH\x00\x12(\n\x06status\x18\x05 \x01(\x0b\x32\x16.typha.v1.StatusChangeH\x00\x12-\n\x0c\x64igest_query\x18\x06 \x01(\x0b\x32\x15.typha.v1.DigestQueryH\x00\x42\x05\n\x03msg\";\n\x0b\x44igestQuery\x12\r\n\x05nodes\x18\x01 \x03(\r\x12\x0e\n\x06leaves\x18\x02 \x03(\r\x12\r\n\x05names\x18\x03 \x03(\x06\"\xb6\x01\n\x06Header\x12\x16\n\x0eserver_conn_id\x18\x01 \x01(\x04\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12\x13\n\x0bsyncer_type\x18\x03 \x01(\t\x12)\n\x0bsync_status\x18\x04 \x01(\x0e\x32\x14.typha.v1.SyncStatus\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12-\n\rresume_method\x18\x06 \x01(\x0e\x32\x16.typha.v1.ResumeMethod\"\x9e\x01\n\x02KV\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x10\n\x08revision\x18\x03 \x01(\t\x12\x1b\n\x13v3_resource_version\x18\x04 \x01(\t\x12\x11\n\tttl_nanos\x18\x05 \x01(\x03\x12)\n\x0bupdate_type\x18\x06 \x01(\x0e\x32\x14.typha.v1.UpdateType\x12\x0f\n\x07\x64\x65leted\x18\x07 \x01(\x08\"1\n\x07Updates\x12\x19\n\x03kvs\x18\x01 \x03(\x0b\x32\x0c.typha.v1.KV\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"Y\n\x08\x46inished\x12)\n\x0bsync_status\x18\x01 \x01(\x0e\x32\x14.typha.v1.SyncStatus\x12\x15\n\rsnapshot_size\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\"0\n\x04Ping\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x1c\n\x14timestamp_unix_nanos\x18\x02 \x01(\x03\"9\n\x0cStatusChange\x12)\n\x0bsync_status\x18\x01 \x01(\x0e\x32\x14.typha.v1.SyncStatus*m\n\nSyncStatus\x12\"\n\x1eSYNC_STATUS_WAIT_FOR_DATASTORE\x10\x00\x12\"\n\x1eSYNC_STATUS_RESYNC_IN_PROGRESS\x10\x01\x12\x17\n\x13SYNC_STATUS_IN_SYNC\x10\x02*l\n\nUpdateType\x12\x17\n\x13UPDATE_TYPE_UNKNOWN\x10\x00\x12\x13\n\x0fUPDATE_TYPE_NEW\x10\x01\x12\x17\n\x13UPDATE_TYPE_UPDATED\x10\x02\x12\x17\n\x13UPDATE_TYPE_DELETED\x10\x03*`\n\x0cResumeMethod\x12\x1a\n\x16RESUME_METHOD_SNAPSHOT\x10\x00\x12\x1a\n\x16RESUME_METHOD_POSITION\x10\x01\x12\x18\n\x14RESUME_METHOD_DIGEST\x10\x02\x32\x41\n\x04Sync\x12\x39\n\x04Sync\x12\x15.typha.v1.SyncRequest\x1a\x16.typha.v1.SyncResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'typha_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SYNCSTATUS']._serialized_start=1014
-  _globals['_SYNCSTATUS']._serialized_end=1123
-  _globals['_UPDATETYPE']._serialized_start=1125
-  _globals['_UPDATETYPE']._serialized_end=1233
-  _globals['_SYNCREQUEST']._serialized_start=25
-  _globals['_SYNCREQUEST']._serialized_end=120
-  _globals['_SYNCREQUESTSTART']._serialized_start=122
-  _globals['_SYNCREQUESTSTART']._serialized_end=234
-  _globals['_ACK']._serialized_start=236
-  _globals['_ACK']._serialized_end=293
-  _globals['_SYNCRESPONSE']._serialized_start=296
-  _globals['_SYNCRESPONSE']._serialized_end=504
-  _globals['_HEADER']._serialized_start=506
-  _globals['_HEADER']._serialized_end=626
-  _globals['_KV']._serialized_start=629
-  _globals['_KV']._serialized_end=787
-  _globals['_UPDATES']._serialized_start=789
-  _globals['_UPDATES']._serialized_end=825
-  _globals['_FINISHED']._serialized_start=827
-  _globals['_FINISHED']._serialized_end=903
-  _globals['_PING']._serialized_start=905
-  _globals['_PING']._serialized_end=953
-  _globals['_STATUSCHANGE']._serialized_start=955
-  _globals['_STATUSCHANGE']._serialized_end=1012
-  _globals['_SYNC']._serialized_start=1235
-  _globals['_SYNC']._serialized_end=1300
+  _globals['_SYNCSTATUS']._serialized_start=1402
+  _globals['_SYNCSTATUS']._serialized_end=1511
+  _globals['_UPDATETYPE']._serialized_start=1513
+  _globals['_UPDATETYPE']._serialized_end=1621
+  _globals['_RESUMEMETHOD']._serialized_start=1623
+  _globals['_RESUMEMETHOD']._serialized_end=1719
+  _globals['_SYNCREQUEST']._serialized_start=26
+  _globals['_SYNCREQUEST']._serialized_end=163
+  _globals['_SYNCREQUESTSTART']._serialized_start=166
+  _globals['_SYNCREQUESTSTART']._serialized_end=312
+  _globals['_RESUME']._serialized_start=314
+  _globals['_RESUME']._serialized_end=364
+  _globals['_DIGESTANSWER']._serialized_start=366
+  _globals['_DIGESTANSWER']._serialized_end=425
+  _globals['_ACK']._serialized_start=427
+  _globals['_ACK']._serialized_end=484
+  _globals['_SYNCRESPONSE']._serialized_start=487
+  _globals['_SYNCRESPONSE']._serialized_end=742
+  _globals['_DIGESTQUERY']._serialized_start=744
+  _globals['_DIGESTQUERY']._serialized_end=803
+  _globals['_HEADER']._serialized_start=806
+  _globals['_HEADER']._serialized_end=988
+  _globals['_KV']._serialized_start=991
+  _globals['_KV']._serialized_end=1149
+  _globals['_UPDATES']._serialized_start=1151
+  _globals['_UPDATES']._serialized_end=1200
+  _globals['_FINISHED']._serialized_start=1202
+  _globals['_FINISHED']._serialized_end=1291
+  _globals['_PING']._serialized_start=1293
+  _globals['_PING']._serialized_end=1341
+  _globals['_STATUSCHANGE']._serialized_start=1343
+  _globals['_STATUSCHANGE']._serialized_end=1400
+  _globals['_SYNC']._serialized_start=1721
+  _globals['_SYNC']._serialized_end=1786
 # @@protoc_insertion_point(module_scope)
