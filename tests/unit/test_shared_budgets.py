@@ -140,3 +140,31 @@ def test_pings_of_a_peer_we_are_sending_data_are_not_charged_to_the_shared_budge
         reader.data_sent(t, 3)
         assert reader.count(Flood.PING, t) is None
     assert any(idle.count(Flood.PING, t + i * 0.01) is not None for i in range(50))
+
+
+def test_an_address_that_keeps_reconnecting_gets_a_lower_offender_score() -> None:
+    budgets = SharedBudgets(LIMITS)
+    t = 0.0
+    costs = []  # resets each new connection got in before it was closed
+    for _ in range(40):
+        conn = budgets.account("10.0.0.66")
+        n = 0
+        while True:
+            t += 0.001
+            n += 1
+            if conn.charge("rapid_reset", t) is not None:
+                break
+        costs.append(n)
+    assert costs[-1] < costs[1] and costs[-1] >= LIMITS.min_offender_score
+    assert budgets.offender_score("10.0.0.66", "rapid_reset", t) < LIMITS.offender_score
+    # Other addresses, and the same one once it has been quiet a while, are unaffected.
+    assert budgets.offender_score("10.0.0.67", "rapid_reset", t) == LIMITS.offender_score
+    quiet = t + 20 * LIMITS.half_life
+    assert budgets.offender_score("10.0.0.66", "rapid_reset", quiet) > 0.99 * LIMITS.offender_score
+
+
+def test_strike_table_is_bounded() -> None:
+    budgets = SharedBudgets(SharedLimits(max_addresses=50))
+    for i in range(500):
+        budgets.strike(f"10.3.{i // 256}.{i % 256}", "ping", float(i))
+    assert len(budgets._strikes) <= 50

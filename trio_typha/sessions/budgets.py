@@ -44,6 +44,11 @@ class SharedLimits:
     half_life: float = 5.0
     #: Below this score a connection is admitted even when a bucket is empty.
     offender_score: float = 20.0
+    #: An address whose connections keep being closed for a kind (an attacker that
+    #: reconnects) has its offender score divided by 1 + its recent closures over this,
+    #: down to ``min_offender_score``: each new connection then costs fewer frames.
+    strikes_per_halving: float = 10.0
+    min_offender_score: float = 4.0
     #: What one frame of a kind adds to the score (1 if not named).
     weights: Mapping[str, float] = field(default_factory=lambda: {"new_streams": 0.5})
     #: Addresses remembered at once (quiet ones are forgotten first).
@@ -102,6 +107,8 @@ class SharedBudgets:
         self.limits = limits or SharedLimits()
         self._process: dict[str, TokenBucket] = {}
         self._addresses: dict[Hashable, dict[str, TokenBucket]] = {}
+        # (address, kind) -> (decaying count of its connections closed, when)
+        self._strikes: dict[tuple[str, str], tuple[float, float]] = {}
         #: Connections told to go, per kind, over the process's life.
         self.overdrafts: dict[str, int] = {}
 
@@ -131,6 +138,29 @@ class SharedBudgets:
         while len(self._addresses) >= self.limits.max_addresses:
             self._addresses.pop(next(iter(self._addresses)))
 
+    def offender_score(self, address: str, kind: str, now: float) -> float:
+        """The score over which a connection from ``address`` is an offender for ``kind``."""
+        limits = self.limits
+        entry = self._strikes.get((address, kind))
+        if entry is None:
+            return limits.offender_score
+        strikes = _decayed(entry, now, limits.half_life)
+        return max(limits.offender_score / (1.0 + strikes / limits.strikes_per_halving),
+                   limits.min_offender_score)
+
+    def strike(self, address: str, kind: str, now: float) -> None:
+        """A connection from ``address`` was closed for ``kind``."""
+        self.overdrafts[kind] = self.overdrafts.get(kind, 0) + 1
+        key = (address, kind)
+        entry = self._strikes.get(key)
+        if entry is None and len(self._strikes) >= self.limits.max_addresses:
+            self._strikes = {k: v for k, v in self._strikes.items()
+                             if _decayed(v, now, self.limits.half_life) >= 1.0}
+            while len(self._strikes) >= self.limits.max_addresses:
+                self._strikes.pop(next(iter(self._strikes)))
+        self._strikes[key] = ((_decayed(entry, now, self.limits.half_life) if entry else 0.0)
+                              + 1.0, now)
+
     def draw(self, address: str, kind: str, now: float) -> tuple[str, float] | None:
         """Take one ``kind`` token from the address's and the process's buckets; the
         (scope, rate) of one that was empty, or None if both had a token."""
@@ -156,9 +186,7 @@ class Account:
         self._scores: dict[str, tuple[float, float]] = {}  # kind -> (score, when)
 
     def score(self, kind: str, now: float) -> float:
-        score, when = self._scores.get(kind, (0.0, now))
-        decay: float = 0.5 ** (max(now - when, 0.0) / self.budgets.limits.half_life)
-        return score * decay
+        return _decayed(self._scores.get(kind, (0.0, now)), now, self.budgets.limits.half_life)
 
     def charge(self, kind: str, now: float) -> Overdraft | None:
         """Count one frame of ``kind``; an :class:`Overdraft` if a shared bucket is empty
@@ -169,7 +197,14 @@ class Account:
         score = self.score(kind, now) + limits.weights.get(kind, 1.0)
         self._scores[kind] = (score, now)
         empty = self.budgets.draw(self.address, kind, now)
-        if empty is None or score < limits.offender_score:
+        if empty is None or score < self.budgets.offender_score(self.address, kind, now):
             return None
-        self.budgets.overdrafts[kind] = self.budgets.overdrafts.get(kind, 0) + 1
+        self.budgets.strike(self.address, kind, now)
         return Overdraft(kind, empty[0], empty[1], score)
+
+
+def _decayed(entry: tuple[float, float], now: float, half_life: float) -> float:
+    """A (count, when) halved for every ``half_life`` since."""
+    count, when = entry
+    decay: float = 0.5 ** (max(now - when, 0.0) / half_life)
+    return count * decay
