@@ -26,6 +26,10 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
   ``--seconds`` window after ``--settle`` (optionally under ``--churn`` writes/s), counted
   at a proxy in front of it: connections, requests, watch streams, PINGs, bytes, datastore
   CPU; Go Typha too with ``--go-typha PATH`` (``bench/quiet.py``).
+* ``reconnect``: N gRPC clients in sync drop, ``--rate`` writes land during a ``--seconds``
+  outage, and they come back resuming by position, by digest on another replica, by digest
+  on a replica started from cold, and with a plain snapshot: bytes per client, time to
+  in sync and server CPU of each against the snapshot (``bench/reconnect.py``).
 * ``balance``: how evenly ServerWorkers (SCM_RIGHTS hand-off) spreads N clients over the processes,
   against a prototype passing accepted sockets with SCM_RIGHTS (``bench/balance.py``).
 
@@ -57,7 +61,7 @@ sys.path.insert(0, HERE)
 import fanout  # noqa: E402
 from _common import cpu_seconds, memory_daemon, rss_peak_mib  # noqa: E402
 
-SCENARIOS = ("storm", "steady", "memory", "startup", "balance", "quiet")
+SCENARIOS = ("storm", "steady", "memory", "startup", "balance", "quiet", "reconnect")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "storm": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "steady": {"clients": 1000, "cluster": "medium", "rate": 50.0, "seconds": 60.0},
@@ -65,6 +69,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "startup": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "balance": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "quiet": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 60.0},
+    # reconnect: --rate is the writes during each outage, --seconds the outage.
+    "reconnect": {"clients": 1000, "cluster": "medium", "rate": 100.0, "seconds": 10.0},
 }
 
 
@@ -236,6 +242,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.scenario == "quiet":
         import quiet
         result = quiet.main(args)
+        if args.json:
+            print(json.dumps(result))
+        return
+    if args.scenario == "reconnect":
+        import reconnect
+        result = trio.run(reconnect.run, args)
+        print(json.dumps(result, indent=1) if not args.json else "")
         if args.json:
             print(json.dumps(result))
         return

@@ -223,3 +223,15 @@ def test_quiet_wire_count_reads_http1_and_http2() -> None:
     assert (counts.requests, counts.h2_streams, counts.http1_requests) == (3, 3, 0)
     assert (counts.watch_streams, counts.progress_requests, counts.pings_sent) == (3, 1, 1)
     assert counts.bytes_to_datastore == len(out)
+
+
+def test_reconnect() -> None:
+    row = run_bench("reconnect", "--protocol", "grpc", "--clients", "3", "--cluster", "tiny",
+                    "--rate", "10", "--seconds", "0.2")
+    assert row["converged"] is True
+    assert set(row["paths"]) == {"position", "digest", "cold"}
+    for name, path in row["paths"].items():
+        assert {"bytes_per_client", "snapshot_bytes_per_client", "cpu_s", "snapshot_cpu_s",
+                "in_sync_s"} <= path.keys()
+        assert not path["errors"]
+        assert path["methods"] == {"digest" if name == "cold" else name: 3}
