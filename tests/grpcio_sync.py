@@ -279,9 +279,11 @@ class AioSync:
         async with open_channel(self.target, tls=self.tls, own_connection=True,
                                 aio=True) as channel:
             call = sync_method(channel)()
-            await call.write(start_request(self.syncer_type, self.hostname))
             finished = False
             try:
+                # Inside the try: a call that fails before its first message (no
+                # connection) fails here, and must count as an error, not as stuck.
+                await call.write(start_request(self.syncer_type, self.hostname))
                 async for msg in call:
                     which = msg.WhichOneof("msg")
                     self.last = which
