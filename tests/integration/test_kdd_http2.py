@@ -43,12 +43,13 @@ async def tls_apiserver(*, http2: bool = True) -> AsyncIterator[ApiServer]:
 
 
 @asynccontextmanager
-async def synced(server: ApiServer, config: KubeClientConfig
+async def synced(server: ApiServer, config: KubeClientConfig, tuning: WatchTuning = FAST
                  ) -> AsyncIterator[trio.MemoryReceiveChannel[DatastoreEvent]]:
     """Watch KINDS; yields once every kind is listed and watched."""
     send, recv = trio.open_memory_channel[DatastoreEvent](10_000)
-    async with KubeApi(config) as api, trio.open_nursery() as nursery:
-        ds = KubernetesDatastore(api, calico_group=K.CALICO_CRD_GROUP, tuning=FAST,
+    async with KubeApi(config, stall_deadline=tuning.stall_deadline) as api, \
+            trio.open_nursery() as nursery:
+        ds = KubernetesDatastore(api, calico_group=K.CALICO_CRD_GROUP, tuning=tuning,
                                  random=random.Random(4).random)
         await nursery.start(ds.watch, KINDS, send)
         with trio.fail_after(HANG):
@@ -120,3 +121,22 @@ async def test_errors_over_http2_are_the_same_api_errors() -> None:
             assert watch_info.value.code == 403
             assert (await api.get_json("/api/v1/namespaces"))["kind"] == "NamespaceList"
         assert server.traffic.h2_connections == 1 == server.traffic.connections
+
+
+@pytest.mark.parametrize("http2", [True, False], ids=["http2", "http1"])
+async def test_a_quiet_cluster_costs_no_cross_checks_over_http2(http2: bool) -> None:
+    """Nothing changes and no bookmarks come: over HTTP/2 (the connection's PINGs prove
+    it alive, no stream is silent while another delivers) nothing is probed; over
+    HTTP/1.1 each silent stream is cross-checked once per interval (1 s of a 1.5 s
+    deadline here: real time, so the counts are lower bounds)."""
+    tuning = WatchTuning(min_watch_interval=0.001, stall_deadline=1.5)
+    async with open_apiserver(http2=http2, bookmark_interval=3600) as server, \
+            synced(server, config_for(server), tuning):
+        watches = server.traffic.watches
+        await trio.sleep(3.5)
+        probes = server.traffic.watches - watches
+        if http2:
+            assert probes == 0
+            assert server.traffic.pings > 0  # idle: the PINGs carry the liveness
+        else:
+            assert probes >= len(KINDS)

@@ -16,6 +16,7 @@ import trio
 from trio_typha.datastore.crosscheck import delivering, until_stalled
 from trio_typha.datastore.http_edge import keepalive_socket_options
 from trio_typha.datastore.stall import (
+    Activity,
     StallCheck,
     Verdict,
     WatchBoard,
@@ -252,3 +253,65 @@ def test_a_watch_broken_by_the_kernel_is_told_from_a_server_closing_it() -> None
     assert _timed_out(chained(OSError(errno.ETIMEDOUT, "Connection timed out")))
     assert not _timed_out(chained(OSError(errno.ECONNRESET, "Connection reset by peer")))
     assert not _timed_out(httpx.RemoteProtocolError("peer closed connection"))
+
+
+async def test_streams_of_a_shared_connection_are_probed_only_when_another_delivers(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """On one HTTP/2 connection (its liveness the PINGs'), a quiet cluster costs no
+    probes; a stream that stays silent while another stream of the connection delivers
+    is probed, and stalled if it missed a change."""
+    activity = Activity()
+    quiet, busy = StallCheck(DEADLINE, trio.current_time()), StallCheck(DEADLINE,
+                                                                        trio.current_time())
+    for check in (quiet, busy):
+        check.shared = activity
+        check.progressed(trio.current_time())
+    model = Model(quiet)
+    result: list[WatchStalled] = []
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            result.append(await until_stalled(quiet, model.probe, "felix/pods"))
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(run)
+        await trio.sleep(300)
+        assert model.probes == 0 and not result  # every stream silent: nobody probed
+        model.stalled = True
+        model.write()  # missed by the quiet stream
+        await trio.sleep(5)
+        assert model.probes == 0  # still nothing else delivers
+        delivered_at = trio.current_time()
+        busy.progressed(delivered_at)  # another stream of the connection delivers
+        await trio.sleep_forever()
+    (stalled,) = result
+    assert model.probes == 1
+    assert trio.current_time() - delivered_at <= 2 * quiet.grace + 0.2 + 0.01
+    assert stalled.stream == "felix/pods"
+
+
+def test_a_confirming_probe_is_not_a_delivery_of_the_connection() -> None:
+    activity = Activity()
+    check = StallCheck(DEADLINE, now=0.0)
+    check.shared = activity
+    check.progressed(0.0)
+    other = StallCheck(DEADLINE, now=0.0)
+    other.shared = activity
+    other.progressed(20.0)
+    assert check.due(28.0)  # the other stream delivered 20 s after this one's last
+    assert check.probed(False, 28.0) is Verdict.FRESH
+    assert activity.last_delivery == 20.0 and not check.due(56.0)  # nothing since
+
+
+def test_quiet_streams_of_a_live_connection_are_as_current_as_the_connection() -> None:
+    heard = [0.0]
+    activity = Activity(lambda: heard[0])
+    board = WatchBoard(lambda: 100.0)
+    check = board.add("felix/pods", DEADLINE)
+    check.shared = activity
+    check.progressed(0.0)
+    heard[0] = 95.0  # a PING's ack, 5 s ago
+    (state,) = board.states()
+    assert state.age == check.silent_for(100.0) == 5.0 and not state.stale
+    check.probed(True, 99.0)  # once suspect, only the stream's own progress counts
+    assert check.silent_for(100.0) == 100.0

@@ -49,6 +49,8 @@ async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchSt
         if not check.due(trio.current_time()):
             if check.paused:  # busy downstream: look again an interval later
                 next_probe = trio.current_time() + check.interval
+            elif check.alone_in_silence:  # every stream of the connection is quiet
+                next_probe = trio.current_time() + check.grace
             continue  # (or the stream delivered meanwhile)
         missed: bool | None = None
         with trio.move_on_after(check.interval):

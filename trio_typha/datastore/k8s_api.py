@@ -39,7 +39,7 @@ from .k8s_errors import (
 from .k8s_h2 import Answer, FallBack, H2Link
 from .k8s_listbody import json_object, split_list
 from .k8s_stream import LineDecoder, WatchEvent, parse_watch_event
-from .stall import DEFAULT_DEADLINE
+from .stall import DEFAULT_DEADLINE, Activity
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,8 @@ class KubeApi:
                 keepalive=Keepalive.for_deadline(stall_deadline),
                 connect_timeout=request_timeout)
         self._stack: AsyncExitStack | None = None
+        #: deliveries on the shared HTTP/2 connection, for its streams' stall checks
+        self.activity = Activity(self._heard_at)
         self.auth_refresh_interval = auth_refresh_interval
         self._authorization = config.authorization
         self._refreshable = bool(config.token_file or config.refresh_authorization)
@@ -161,6 +163,10 @@ class KubeApi:
             stack, self._stack = self._stack, None
             await stack.aclose()
         await self._client.aclose()
+
+    def _heard_at(self) -> float:
+        conn = self.link.conn if self.link is not None else None
+        return conn.core.last_read if conn is not None and conn.usable else -math.inf
 
     def _h2(self) -> H2Link | None:
         link = self.link
@@ -268,7 +274,7 @@ class KubeApi:
     @asynccontextmanager
     async def watch(self, kind: ResourceKind, *, resource_version: str,
                     timeout_seconds: int | None = None
-                    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+                    ) -> AsyncIterator[WatchStream]:
         """Open a watch of ``kind`` from ``resource_version``; yields its event iterator.
 
         ``timeout_seconds`` None sends no ``timeoutSeconds``: the server ends the stream at
@@ -296,7 +302,7 @@ class KubeApi:
                         body = await _read_all(stream)
                         self._note_rejection(status)
                         raise status_error("GET", resource_path(kind), status, "", body)
-                    yield _WatchEvents(_h2_chunks(stream))
+                    yield WatchStream(_h2_chunks(stream), multiplexed=True)
                 return
             except FallBack:
                 pass  # the server speaks HTTP/1.1 only: as below
@@ -312,7 +318,7 @@ class KubeApi:
                 with translated(ERRORS):
                     await response.aread()
                 self._check(response, 200)
-            yield _WatchEvents(response.aiter_bytes())
+            yield WatchStream(response.aiter_bytes())
         finally:
             with translated(ERRORS):
                 await response.aclose()
@@ -336,7 +342,7 @@ class KubeApi:
                                            await self._headers()) as (stream, status):
                     if status != 200:
                         return None
-                    return await _replays(_WatchEvents(_h2_chunks(stream)), window)
+                    return await _replays(WatchStream(_h2_chunks(stream)), window)
             except FallBack:
                 pass
             except K8sError as exc:
@@ -351,7 +357,7 @@ class KubeApi:
             try:
                 if response.status_code != 200:
                     return None
-                return await _replays(_WatchEvents(response.aiter_bytes()), window)
+                return await _replays(WatchStream(response.aiter_bytes()), window)
             finally:
                 with translated(ERRORS):
                     await response.aclose()
@@ -404,7 +410,7 @@ async def _read_all(stream: H2Stream) -> bytes:
         return b"".join([chunk async for chunk in _h2_chunks(stream)])
 
 
-async def _replays(events: _WatchEvents, window: float) -> bool | None:
+async def _replays(events: WatchStream, window: float) -> bool | None:
     """A cross-check's verdict from its watch: True at the first replayed change, None for
     an ERROR (a 410), False when ``window`` passes without either."""
     with trio.move_on_after(window):
@@ -416,16 +422,19 @@ async def _replays(events: _WatchEvents, window: float) -> bool | None:
     return False
 
 
-class _WatchEvents:
-    """Async iterator of watch events decoded from a chunked body."""
+class WatchStream:
+    """Async iterator of the watch events of one stream (a chunked body, or the DATA of
+    an HTTP/2 stream)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], *, multiplexed: bool = False) -> None:
+        #: a stream of the shared HTTP/2 connection (whose PINGs prove it alive)
+        self.multiplexed = multiplexed
         self._chunks = chunks
         self._decoder = LineDecoder()
         self._ready: deque[WatchEvent] = deque()
         self._eof = False
 
-    def __aiter__(self) -> _WatchEvents:
+    def __aiter__(self) -> WatchStream:
         return self
 
     async def __anext__(self) -> WatchEvent:

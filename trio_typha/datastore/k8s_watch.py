@@ -212,6 +212,7 @@ class KindWatcher:
                                       timeout_seconds=timeout) as events:
                 self.reflector.watch_started()
                 await self._recovered()
+                self.check.shared = self.api.activity if events.multiplexed else None
                 self.check.progressed(trio.current_time())
                 failure: list[Exception] = []
                 async with trio.open_nursery() as nursery:

@@ -28,7 +28,8 @@ trip plus ``grace``, under the deadline.
 
 "Silent for" has one definition, :meth:`StallCheck.silent_for`: the seconds since the stream
 was last known to be current - its last event, bookmark or progress notification, or a
-cross-check that found nothing it had missed.  The stall WARNING, the metric and readiness
+cross-check that found nothing it had missed; on a shared HTTP/2 connection where every
+stream is quiet, the last time the connection was heard from.  The stall WARNING, the metric and readiness
 all read that one figure, so they agree about any one stall.  (The time since the stream's
 last event is not it: a quiet stream confirmed current a moment ago is not stale, however
 long ago its last object changed.)
@@ -39,6 +40,7 @@ from __future__ import annotations
 __sans_io__ = True
 
 import enum
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -69,6 +71,22 @@ class WatchStalled(Exception):
         self.silent_for = silent_for
 
 
+class Activity:
+    """When any stream of one multiplexed connection last delivered (events, bookmarks, a
+    new watch's acknowledgement; a confirming probe is not a delivery).
+
+    Streams sharing an HTTP/2 connection whose liveness PINGs prove are only suspect when
+    they fall silent while another stream of the connection goes on delivering: a quiet
+    cluster, where every stream is silent, costs the datastore no probes at all, and a
+    connection gone silent as a whole is the PINGs' to notice."""
+
+    def __init__(self, heard_at: Callable[[], float] | None = None) -> None:
+        self.last_delivery = -math.inf
+        #: when the connection last read anything from the server (-inf: no connection);
+        #: while every stream of it is quiet, that is when each was last known current
+        self.heard_at = heard_at or (lambda: -math.inf)
+
+
 class StallCheck:
     """The cross-check's decisions for one watch stream (pure; times from the caller).
 
@@ -96,12 +114,16 @@ class StallCheck:
         #: the watcher is handing events downstream and not reading the stream: a full
         #: pipeline must not look like a silent stream
         self.paused = False
+        #: the multiplexed connection the stream is on (None: a connection of its own)
+        self.shared: Activity | None = None
         self._suspect_since: float | None = None
 
     def progressed(self, now: float) -> None:
         self.last_progress = now
         self.dormant = False
         self._suspect_since = None
+        if self.shared is not None and now > self.shared.last_delivery:
+            self.shared.last_delivery = now
 
     def new_stream(self) -> None:
         """A new stream replaces the old one: what a probe suspected of the old one is
@@ -109,9 +131,20 @@ class StallCheck:
         self._suspect_since = None
 
     def due(self, now: float) -> bool:
-        """Whether the stream has been silent long enough to be cross-checked."""
+        """Whether the stream has been silent long enough to be cross-checked (on a shared
+        connection: and another stream of it delivered well after this one went quiet)."""
         # (The same sum the caller sleeps until, so float rounding cannot disagree.)
-        return not self.paused and now >= self.last_progress + self.interval
+        return (not self.paused and now >= self.last_progress + self.interval
+                and not self.alone_in_silence)
+
+    @property
+    def alone_in_silence(self) -> bool:
+        """On a shared connection, has no other stream delivered since half an interval
+        after this one's last progress?  (Streams that start together are not told apart
+        by the few seconds between their starts.)"""
+        shared = self.shared
+        return (shared is not None
+                and shared.last_delivery < self.last_progress + self.interval / 2)
 
     def probed(self, missed: bool | None, now: float) -> Verdict:
         if self.paused:  # the answer is about a stream we were not reading meanwhile
@@ -142,8 +175,14 @@ class StallCheck:
 
     def silent_for(self, now: float) -> float:
         """Seconds since the stream was last known current: the one "silent for" that the
-        WARNING, the metric and readiness report."""
-        return now - self.last_progress
+        WARNING, the metric and readiness report.  On a shared connection where every
+        stream is quiet, a stream is as current as the connection was last heard from
+        (its PINGs keep that recent while it lives)."""
+        since = self.last_progress
+        if self.alone_in_silence and not self.suspect:
+            assert self.shared is not None
+            since = max(since, self.shared.heard_at())
+        return now - since
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,11 @@ class H2ClientCore:
         return self.state is ConnectionState.CLOSED
 
     @property
+    def last_read(self) -> float:
+        """When bytes were last read from the server (any frame: data, a PING's ack)."""
+        return self._last_read
+
+    @property
     def open_streams(self) -> int:
         return len(self._streams)
 
