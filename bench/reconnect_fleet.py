@@ -25,28 +25,6 @@ from trio_typha.client import grpc as g
 from trio_typha.client.view import SyncView
 
 
-class _Counting(trio.abc.Stream):
-    """Counts the bytes a stream receives (what the server sent this client)."""
-
-    def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
-        self.received = 0
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self.inner.receive_some(max_bytes)
-        self.received += len(data)
-        return data
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 class Fleet:
     def __init__(self, n: int) -> None:
         self.views = [SyncView(tree=KeyTree()) for _ in range(n)]
@@ -61,7 +39,7 @@ class Fleet:
 
         async def one(i: int, view: SyncView) -> None:
             try:
-                stream = _Counting(await g.open_stream("127.0.0.1", port))
+                stream = g.CountingStream(await g.open_stream("127.0.0.1", port))
                 reported = False
                 async with stream:
                     async for ev in g.sync(stream, "felix", hostname=f"fleet-{i}",

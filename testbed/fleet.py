@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from trio_typha.cache.digest import KeyTree
 from trio_typha.client import grpc as g
 from trio_typha.client.discovery import (
     Connector,
@@ -67,6 +68,7 @@ from trio_typha.client.typha import (
     SyncStatusReceived,
     TyphaClient,
 )
+from trio_typha.client.view import SyncView
 from trio_typha.grpcwire.status import GrpcError
 from trio_typha.model.kv import SerializedUpdate, SyncStatus
 
@@ -202,6 +204,11 @@ class Agent:
         self._on_change = on_change or (lambda: None)
         self._on_receipt = on_receipt
         self._on_updates = on_updates
+        #: A gRPC agent's copy, kept across streams so that it resumes instead of taking
+        #: a snapshot; how each stream started and the bytes its start cost.
+        self.view = SyncView(tree=KeyTree())
+        self.starts: Counter[str] = Counter()
+        self.start_bytes: list[tuple[str, int]] = []
 
     @property
     def in_sync(self) -> bool:
@@ -289,34 +296,44 @@ class Agent:
 
     async def _grpc(self, address: TyphaAddress) -> None:
         established = False
-        kvs: dict[str, SerializedUpdate] = {}
+        view = self.view
+        method = ""
         try:
             tls = self.tls
             with trio.fail_after(10):
-                stream = await g.open_stream(
+                stream = g.CountingStream(await g.open_stream(
                     address.host, address.port, ssl_context=tls.context() if tls else None,
-                    server_hostname=tls.server_name or None if tls else None)
+                    server_hostname=tls.server_name or None if tls else None))
             async with stream:
                 async for ev in g.sync(stream, self.spec.syncer, hostname=self.spec.name,
-                                       info="trio-typha fleet agent"):
+                                       info="trio-typha fleet agent",
+                                       resume=g.resume_of(view)):
+                    g.apply_event(view, ev)
                     if isinstance(ev, g.Header):
                         established = True
+                        method = ev.resume
                         self._established(address)
                     elif isinstance(ev, g.Updates):
-                        for u in ev.updates:
-                            if u.deleted:
-                                kvs.pop(u.key, None)
-                            else:
-                                kvs[u.key] = u
                         self._batch(ev.updates)
                     elif isinstance(ev, g.Finished | g.StatusChanged):
+                        if isinstance(ev, g.Finished):
+                            self.starts[method] += 1
+                            self.start_bytes.append((method, stream.received))
                         if ev.status is SyncStatus.IN_SYNC:
-                            self._synced(kvs)
+                            self._synced(view.kvs)
                         elif not self.in_sync:
                             self.status = ev.status
         except (GrpcError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                 trio.TooSlowError) as exc:
             raise _Lost(str(exc) or type(exc).__name__, established=established) from None
+
+
+def _bytes_by_method(agents: Sequence[Agent]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for a in agents:
+        for method, nbytes in a.start_bytes:
+            out[method] += nbytes
+    return dict(out)
 
 
 # -- many agents in one process ------------------------------------------------------------
@@ -437,6 +454,9 @@ class AgentGroup:
             "reconnects_by_address": dict(Counter(
                 addr for a in self.agents for addr in a.reconnected_to)),
             "failures": sum(a.failures for a in self.agents),
+            # gRPC agents: how their streams started, and the bytes each start cost.
+            "starts_by_method": dict(sum((a.starts for a in self.agents), Counter())),
+            "start_bytes_by_method": _bytes_by_method(self.agents),
             "first_in_sync": [a.first_in_sync for a in self.agents
                               if a.first_in_sync is not None],
         }
@@ -555,6 +575,10 @@ class FleetStats:
     reconnects_by_address: dict[str, int] = field(default_factory=dict)
     by_protocol: dict[str, int] = field(default_factory=dict)
     by_syncer: dict[str, int] = field(default_factory=dict)
+    #: gRPC agents: streams by how they started (snapshot, position, digest), and the
+    #: bytes those starts cost
+    starts_by_method: dict[str, int] = field(default_factory=dict)
+    start_bytes_by_method: dict[str, int] = field(default_factory=dict)
     first_in_sync: list[float] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
     connect_times: list[float] = field(default_factory=list)
@@ -584,9 +608,10 @@ class Fleet:
             for name in ("agents", "in_sync", "connected", "updates", "connections",
                          "failures"):
                 setattr(s, name, getattr(s, name) + rep[name])
-            for name in ("by_address", "reconnects_by_address", "by_protocol", "by_syncer"):
+            for name in ("by_address", "reconnects_by_address", "by_protocol", "by_syncer",
+                         "starts_by_method", "start_bytes_by_method"):
                 merged = getattr(s, name)
-                for k, v in rep[name].items():
+                for k, v in rep.get(name, {}).items():
                     merged[k] = merged.get(k, 0) + v
             s.first_in_sync.extend(rep["first_in_sync"])
         return s

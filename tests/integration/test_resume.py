@@ -30,7 +30,7 @@ async def follow(port: int, view: SyncView, *, resume: g.Resume | None = None,
     header: g.Header | None = None
     stream = await g.open_stream("127.0.0.1", port)
     async with stream:
-        counting = _Counting(stream)
+        counting = g.CountingStream(stream)
         finished = False
         async for ev in g.sync(counting, "felix", hostname="resumer", resume=resume):
             g.apply_event(view, ev)
@@ -42,26 +42,6 @@ async def follow(port: int, view: SyncView, *, resume: g.Resume | None = None,
         received = counting.received
     assert header is not None
     return header, received
-
-
-class _Counting(trio.abc.Stream):
-    def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
-        self.received = 0
-
-    async def send_all(self, data) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes=None) -> bytes:
-        data = await self.inner.receive_some(max_bytes)
-        self.received += len(data)
-        return data
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def churn(store: MemoryStore, n: int, tag: str) -> None:

@@ -28,7 +28,7 @@ from ..tls.client import ClientTLSStream, tls_handshake
 from ..tls.diagnosis import answered_in_tls
 from .view import SyncView
 
-__all__ = ["Finished", "GrpcError", "Header", "Resume", "StatusChanged", "StatusCode",
+__all__ = ["CountingStream", "Finished", "GrpcError", "Header", "Resume", "StatusChanged", "StatusCode",
            "SyncEvent", "Updates", "apply_event", "kv_from_pb", "open_stream", "resume_of",
            "sync"]
 
@@ -48,6 +48,28 @@ async def open_stream(host: str, port: int, *, ssl_context: ssl.SSLContext | Non
     except BaseException:
         await trio.aclose_forcefully(sock)
         raise
+
+
+class CountingStream(trio.abc.Stream):
+    """A stream that counts the bytes it receives (what a reconnect cost the client)."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.received = 0
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.inner.receive_some(max_bytes)
+        self.received += len(data)
+        return data
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 async def sync(stream: trio.abc.Stream, syncer_type: str, *, hostname: str = "",

@@ -42,8 +42,9 @@ class SyncView:
                 tree.put(u.key, u.value, u.revision)
 
     def restart(self) -> None:
-        """A snapshot follows: it replaces the copy."""
-        self.kvs.clear()
+        """A snapshot follows: it replaces the copy (in a new map: whoever holds the old
+        one keeps the state it had)."""
+        self.kvs = {}
         self.snapshot_done = False
         if self.tree is not None:
             self.tree = KeyTree()
