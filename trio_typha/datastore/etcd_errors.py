@@ -16,10 +16,7 @@ from __future__ import annotations
 
 __sans_io__ = True
 
-# gRPC status OUT_OF_RANGE: etcd's code for "compacted" and "future revision";
-# UNAVAILABLE: among others, "etcdserver: no leader".
-_GRPC_OUT_OF_RANGE = 11
-_GRPC_UNAVAILABLE = 14
+from ..grpcwire.status import StatusCode
 
 
 class EtcdError(Exception):
@@ -32,7 +29,7 @@ class EtcdTransportError(EtcdError):
 
 
 class EtcdTimeout(EtcdTransportError):
-    """A connect, read, write or connection-pool timeout."""
+    """A connect or a unary call that took longer than the client's ``request_timeout``."""
 
 
 class EtcdProtocolError(EtcdError, ValueError):
@@ -50,9 +47,5 @@ class EtcdServerError(EtcdError):
     @property
     def compacted(self) -> bool:
         """The revision asked for has been compacted away: the caller must list afresh."""
-        return self.code == _GRPC_OUT_OF_RANGE and "compacted" in self.message
-
-    @property
-    def no_leader(self) -> bool:
-        """The member has lost its leader (the request asked for one: ``hasleader``)."""
-        return self.code == _GRPC_UNAVAILABLE and "no leader" in self.message
+        # OUT_OF_RANGE is etcd's code for both "compacted" and "future revision".
+        return self.code == StatusCode.OUT_OF_RANGE and "compacted" in self.message

@@ -43,13 +43,10 @@ STREAM_PROGRESS_ID = -1
 MAX_MESSAGE = 64 << 20
 
 
-def request_headers(*, require_leader: bool = True) -> list[tuple[bytes, bytes]]:
+def request_headers() -> list[tuple[bytes, bytes]]:
     """The HEADERS of a gRPC call to etcd (after the pseudo-headers)."""
-    headers = [(b"content-type", b"application/grpc"), (b"te", b"trailers"),
-               (b"user-agent", b"trio-typha")]
-    if require_leader:
-        headers.append((b"hasleader", b"true"))
-    return headers
+    return [(b"content-type", b"application/grpc"), (b"te", b"trailers"),
+            (b"user-agent", b"trio-typha"), (b"hasleader", b"true")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +162,12 @@ def compaction_request(revision: int, *, physical: bool = True) -> bytes:
     return _framed(pb.CompactionRequest(revision=revision, physical=physical))
 
 
-def watch_create(key: bytes, range_end: bytes, start_revision: int, *,
-                 progress_notify: bool = True, watch_id: int = 0) -> bytes:
-    """Open a watch over ``[key, range_end)`` replaying from ``start_revision``."""
+def watch_create(key: bytes, range_end: bytes, start_revision: int) -> bytes:
+    """Open a watch over ``[key, range_end)`` replaying from ``start_revision``, with
+    etcd's progress notifications on."""
     create = pb.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision,
-                                   progress_notify=progress_notify, watch_id=watch_id)
+                                   progress_notify=True)
     return _framed(pb.WatchRequest(create_request=create))
-
-
-def watch_cancel(watch_id: int) -> bytes:
-    return _framed(pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch_id)))
 
 
 def watch_progress() -> bytes:
