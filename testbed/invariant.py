@@ -2,7 +2,7 @@
 quiet: its KV set is exactly what the conversion layer derives from the datastore's contents.
 
 The checker is independent of the watch path it checks: it reads the datastore afresh (one
-list per kind, with the official ``kubernetes`` client, etcd's JSON gateway, or a
+list per kind, with the official ``kubernetes`` client, etcd's gRPC API, or a
 :class:`~trio_typha.datastore.memory.MemoryStore`), converts every object with the syncer
 definitions of :mod:`trio_typha.model.syncers`, applies the same validation, and compares the
 result with what a replica's cache or a client's local state holds.  Watches, relists, the

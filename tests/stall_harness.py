@@ -28,7 +28,7 @@ def gnp(name: str) -> dict[str, Any]:
 
 
 def is_watch(target: bytes) -> bool:
-    return target.startswith(b"/v3/watch") or b"watch=true" in target
+    return b"watch=true" in target
 
 
 @asynccontextmanager

@@ -99,7 +99,7 @@ def resource_path(kind: ResourceKind) -> str:
 
 
 class KubeApi:
-    """The httpx client for one API server (use as an async context manager).
+    """The client for one API server: HTTP/2, else httpx (use as an async context manager).
 
     Every method raises only :mod:`.k8s_errors`' classes for a failed request."""
 
