@@ -8,12 +8,15 @@ fleet`` from tests/gotools, calico-node's decoder), half gRPC clients on trio_ty
 client (``python -m testbed.fleet_bench``).  Reports how long until every client was
 accepted and in sync, then holds them for ``--hold`` seconds under light churn with pings
 every ``--ping-interval`` and reports pings answered (pongs the server timed), sessions still
-connected at the end (none may be dropped), and server RSS per connection.
+connected at the end (none may be dropped), and server RSS per connection.  Then every
+client leaves and the server's RSS is read again (``rss_after_leave_mib``), and again after a
+collection and a ``malloc_trim`` done by the bench itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -32,6 +35,7 @@ from fanout import ClientFleet, build_gobtool, fleet_commands  # noqa: E402
 from trio_typha.daemon import Daemon  # noqa: E402
 from trio_typha.datastore.churn import Churn  # noqa: E402
 from trio_typha.server.fdlimit import raise_nofile_limit  # noqa: E402
+from trio_typha.server.memtrim import CHECK_INTERVAL, MALLOC_TRIM  # noqa: E402
 
 
 def _pongs(daemon: Daemon) -> int:
@@ -73,7 +77,7 @@ async def run(args: argparse.Namespace) -> dict:
         result["connections_accepted"] = len(daemon.connections)
         rss_loaded = current_rss_mib()
         result["server_rss_with_clients_mib"] = round(rss_loaded, 1)
-        result["rss_per_connection_kib"] = round(
+        result["rss_per_connection_kib"] = result["rss_per_conn_kib"] = round(
             (rss_loaded - rss_idle) * 1024 / max(len(daemon.connections), 1), 1)
         pongs0 = _pongs(daemon)
         churn = Churn(store, args.rate, policy_fraction=0.0)
@@ -94,9 +98,30 @@ async def run(args: argparse.Namespace) -> dict:
         result["server_rss_end_mib"] = round(current_rss_mib(), 1)
         result["client_errors"] = [e for done in await fleet.done()
                                    for e in done.get("errors", [])][:10]
+        result.update(await leave_and_measure(daemon, rss_idle, args.leave_wait))
         result["server_cpu_total_s"] = round(cpu_seconds(), 2)
         result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)
     return result
+
+
+async def leave_and_measure(daemon: Daemon, rss_idle: float, wait: float) -> dict:
+    """Once every client has gone: the server's resident set after ``wait`` seconds (what
+    it gives back on its own), then after a full collection and after ``malloc_trim`` done
+    here (what either would add)."""
+    out: dict = {"rss_peak_mib": round(rss_peak_mib(), 1)}
+    with trio.move_on_after(60):
+        while len(daemon.connections):  # noqa: ASYNC110 - polls a count
+            await trio.sleep(0.1)
+    out["sessions_after_leave"] = len(daemon.ctx.sessions)
+    await trio.sleep(wait)
+    out["rss_after_leave_mib"] = round(current_rss_mib(), 1)
+    out["rss_kept_after_leave_mib"] = round(out["rss_after_leave_mib"] - rss_idle, 1)
+    gc.collect()
+    out["rss_after_leave_and_gc_mib"] = round(current_rss_mib(), 1)
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM()
+    out["rss_after_leave_gc_and_trim_mib"] = round(current_rss_mib(), 1)
+    return out
 
 
 def main() -> None:
@@ -108,6 +133,8 @@ def main() -> None:
     p.add_argument("--ping-interval", type=float, default=10.0)
     p.add_argument("--rate", type=float, default=5.0, help="churn writes/s while holding")
     p.add_argument("--wake-interval", type=float, default=0.2)
+    p.add_argument("--leave-wait", type=float, default=2 * CHECK_INTERVAL + 1,
+                   help="seconds after the last client left before RSS is read")
     report(trio.run(run, p.parse_args()))
 
 

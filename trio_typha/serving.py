@@ -43,6 +43,7 @@ from .server.fdlimit import FdShedder, fd_ceiling, log_nofile_limit
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.livefeed import FEED_PATH, ReplicaSampler, serve_feed
+from .server.memtrim import run_trimmer
 from .sessions.connections import ConnectionRegistry, SocketListener
 from .sessions.context import ServerContext
 from .sessions.settings import ServerSettings
@@ -261,6 +262,7 @@ class ServingProcess(ABC, Generic[P]):
                 await nursery.start(self._serve_sync)
                 await self.start_beside_listener(nursery)
                 await nursery.start(self.governor.run)
+                await nursery.start(partial(run_trimmer, self.connections.__len__))
                 await self.start_tasks(nursery)
                 await self._start_endpoints(nursery)
                 nursery.start_soon(self._freeze_after_sync)

@@ -235,3 +235,18 @@ def test_reconnect() -> None:
                 "in_sync_s"} <= path.keys()
         assert not path["errors"]
         assert path["methods"] == {"digest" if name == "cold" else name: 3}
+
+
+def test_connections_with_leave_and_measure() -> None:
+    done = subprocess.run([sys.executable, "bench/connections.py", "--clients", "4", "--procs",
+                           "1", "--cluster", "tiny", "--hold", "1", "--leave-wait", "0.5"],
+                          cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True, timeout=120)
+    row = json.loads(done.stdout)
+    assert row["sessions_in_sync"] == 4 and row["dropped"] == 0
+    # Every client left; the resident set is read while loaded, at its peak and after.
+    assert row["sessions_after_leave"] == 0
+    for key in ("rss_peak_mib", "rss_per_conn_kib", "rss_after_leave_mib",
+                "rss_kept_after_leave_mib", "rss_after_leave_and_gc_mib",
+                "rss_after_leave_gc_and_trim_mib"):
+        assert isinstance(row[key], float), key
+    assert row["rss_peak_mib"] >= row["rss_after_leave_mib"] > 0
