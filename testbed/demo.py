@@ -54,7 +54,7 @@ from trio_typha.observe.httpd import serve_http
 
 from .cluster import typha_endpoint_slice
 from .demo_options import Options, options
-from .fleet import DiscoverySpec, Fleet, FleetConfig, open_fleet
+from .fleet import DiscoverySpec, Fleet, FleetConfig, FleetStats, open_fleet
 from .invariant import ExpectedKV, expected_states, read_kubernetes
 from .jsonlines import JsonLines
 from .replica import ReplicaProcess, free_port
@@ -284,6 +284,7 @@ class Demo:
             "agents": self.opts.agents, "in_sync": s.in_sync if s else 0,
             "connected": s.connected if s else 0,
             "by_protocol": s.by_protocol if s else {},
+            "starts": _starts(s) if s else {},
             "writes": self._writes(), "propagation_p50_ms": lag["p50_ms"],
             "propagation_p99_ms": lag["p99_ms"],
             "replicas": [{"name": r.name, "address": r.address, "feed": r.feed_url,
@@ -532,6 +533,7 @@ class Demo:
             "replica_kills": self.kills, "replica_kills_survived": self.kills_survived,
             "replica_restarts": sum(r.restarts for r in self.replicas),
             "reconnects": s.connections - opts.agents, "connect_failures": s.failures,
+            "grpc_starts": _starts(s),
             "replicas": [{"name": r.name, "address": r.address, "node": r.node,
                           "alive": r.alive, "restarts": r.restarts,
                           "connections": self._agents_on(r),
@@ -669,3 +671,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         demo.say(render(verdict))
     return 0 if verdict["converged"] else 1
+
+
+def _starts(stats: FleetStats) -> dict[str, dict[str, int]]:
+    """gRPC agents' stream starts by method (snapshot, position, digest): how many, and the
+    bytes they cost."""
+    return {m: {"count": n, "bytes": stats.start_bytes_by_method.get(m, 0)}
+            for m, n in sorted(stats.starts_by_method.items())}

@@ -100,6 +100,9 @@ function render() {
   text("prop-p50", f.propagation_p50_ms.toFixed(1));
   text("prop-p99", f.propagation_p99_ms.toFixed(1));
   text("feeds", Object.keys(state.sockets).length);
+  const starts = Object.entries(f.starts || {});
+  text("start-bytes", starts.length ? starts.map(([m, s]) =>
+    `${m} ${(s.bytes / 1024 / s.count).toFixed(1)}`).join(" \u00b7 ") : "-");
   const rows = [];
   const live = [];
   let total = 0, felixRate = 0;

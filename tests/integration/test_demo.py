@@ -159,6 +159,7 @@ async def test_dashboard_shows_the_fleet_live(demo: DemoRun, tmp_path: Path) -> 
                     const t = (id) => (document.getElementById(id) || {}).textContent;
                     return {total: t("total-connections"), in_sync: t("in-sync"),
                             phase: t("phase"), writes: t("writes"),
+                            start_bytes: t("start-bytes"),
                             per: Object.fromEntries([...document.querySelectorAll(
                                 "td[id^=conn-]")].map((td) => [td.id.slice(5),
                                                                td.textContent]))};
@@ -175,6 +176,8 @@ async def test_dashboard_shows_the_fleet_live(demo: DemoRun, tmp_path: Path) -> 
                     if checks == 2:  # twice, a second apart: the numbers are live
                         break
             assert int(dom["writes"]) > 0 and dom["phase"] == "churning"
+            # KiB per gRPC start, by method: at least the first snapshots are there.
+            assert dom["start_bytes"].startswith("snapshot ")
             details = await page.evaluate(PAGE_DETAILS)
             _assert_replica_cells(details, list(per_fleet))
             names = [r["name"] for r in fleet["replicas"]]
@@ -275,6 +278,12 @@ def test_demo_converges_after_a_replica_kill(demo: DemoRun) -> None:
     # The killed replica's agents reconnected, to the other two (it was down meanwhile).
     assert sum(r["reconnects"] for r in verdict["replicas"]) >= 1
     assert verdict["reconnects"] == sum(r["reconnects"] for r in verdict["replicas"])
+    # Every gRPC agent started once with a snapshot; its reconnects resumed instead.
+    starts = verdict["grpc_starts"]
+    assert starts["snapshot"]["count"] == AGENTS // 2 and starts["snapshot"]["bytes"] > 0
+    resumed = {m: s for m, s in starts.items() if m != "snapshot"}
+    for s in resumed.values():
+        assert s["bytes"] / s["count"] < starts["snapshot"]["bytes"] / starts["snapshot"]["count"]
     p = verdict["propagation"]
     assert p["n"] > verdict["writes"] * AGENTS // 2  # most writes reached most agents live
     assert 0 < p["p50_ms"] <= p["p99_ms"] <= p["max_ms"]
