@@ -23,29 +23,25 @@ from urllib.parse import urlsplit
 import trio
 
 from ..grpcwire.framing import FramingError, MessageDecoder
-from ..h2client.shell import (
-    H2ClientConnection,
-    H2ConnectionError,
-    H2Stream,
-    H2StreamError,
-    Keepalive,
-    connect_tcp,
-)
+from ..h2client.shell import H2ClientConnection, H2Stream, Keepalive, connect_tcp
 from . import etcd_pb2 as pb
 from . import etcd_rpc as rpc
+from . import http_edge
 from .etcd_config import EtcdConfig
 from .etcd_errors import EtcdProtocolError, EtcdTimeout, EtcdTransportError
+
+#: What this client raises for a failed transport (see :mod:`.etcd_errors`).
+ERRORS = http_edge.ErrorFamily(transport=EtcdTransportError, timeout=EtcdTimeout,
+                               malformed=EtcdProtocolError)
 
 
 @contextmanager
 def translated() -> Iterator[None]:
-    """The HTTP/2 client's and the framing's exceptions as :mod:`.etcd_errors`' classes."""
+    """The HTTP/2 client's exceptions (by the edges' one mapping,
+    :func:`.http_edge.translated`) and the framing's as :mod:`.etcd_errors`' classes."""
     try:
-        yield
-    except H2ConnectionError as exc:
-        raise EtcdTransportError(f"H2ConnectionError: {exc}") from exc
-    except H2StreamError as exc:
-        raise EtcdTransportError(f"H2StreamError: {exc}") from exc
+        with http_edge.translated(ERRORS):
+            yield
     except FramingError as exc:
         raise EtcdProtocolError(f"gRPC framing: {exc}") from exc
 

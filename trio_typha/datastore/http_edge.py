@@ -2,7 +2,7 @@
 client's) exceptions become a client's own (httpcore's ``map_exceptions``), and the TCP
 options of a watch's socket.
 
-Each HTTP client edge (:mod:`.k8s_api`) names its hierarchy as an
+Each HTTP client edge (:mod:`.k8s_api`, :mod:`.etcd_client`) names its hierarchy as an
 :class:`ErrorFamily` and wraps every call into httpx with :func:`translated`; what leaves
 the edge is then one of the family's classes, raised ``from`` the original so its chain
 (an ``ETIMEDOUT`` deep inside, say) stays readable.  Everything above the edges catches the
