@@ -3,7 +3,7 @@
 # re-running `just kind-up` after an unchanged build saves and loads nothing.  A node holds
 # it when its containerd has IMAGE with the image ID the engine reports (the config digest).
 # Docker's containerd image store reports another digest as the ID: then every node is
-# loaded, as before.
+# loaded.
 #   bash tools/kind-load.sh ENGINE CLUSTER IMAGE ARCHIVE
 set -euo pipefail
 engine=$1 cluster=$2 image=$3 archive=$4
