@@ -14,7 +14,8 @@ variable under the ``CALICO_`` prefix first and then bare, like ``envconfig.Proc
 
 ``K8S_API_ENDPOINT``, ``K8S_CERT_FILE``, ``K8S_KEY_FILE``, ``K8S_CA_FILE``,
 ``K8S_INSECURE_SKIP_TLS_VERIFY`` and ``K8S_CURRENT_CONTEXT`` override what a kubeconfig says,
-as client-go's ``ConfigOverrides`` do.  Every request goes through httpx (``datastore.k8s_api``).
+as client-go's ``ConfigOverrides`` do.  Every request goes through ``datastore.k8s_api``
+(HTTP/2, else httpx).
 """
 
 from __future__ import annotations

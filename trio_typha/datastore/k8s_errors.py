@@ -1,4 +1,4 @@
-"""What the Kubernetes API client raises: one small hierarchy, nothing of httpx.
+"""What the Kubernetes API client raises: one small hierarchy, nothing of httpx or h2client.
 
 :class:`~trio_typha.datastore.k8s_api.KubeApi` translates every transport exception into
 these once, at its edge (:mod:`.http_edge`), so the watch loops, discovery, initialisation
