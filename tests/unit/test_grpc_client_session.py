@@ -125,3 +125,15 @@ def test_reset_goaway_and_http_errors_fail_at_once() -> None:
         client.receive_data(server.h2.data_to_send())
     assert info.value.code is StatusCode.UNAVAILABLE
     assert client.connection_closed().code is StatusCode.UNAVAILABLE
+
+
+def test_a_ping_right_before_a_reset_is_not_answered() -> None:
+    # Both in one read: h2 has closed the stream before the ping is handled, and the
+    # reset is what the client reports.
+    client = ClientSession("felix")
+    server = Server(client)
+    server.headers()
+    server.send(encode_once.ping_message(3, 1))
+    server.h2.reset_stream(server.sid)
+    with pytest.raises(GrpcError, match="reset"):
+        server.pump()

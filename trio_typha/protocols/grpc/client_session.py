@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __sans_io__ = True
 
+import contextlib
 from dataclasses import dataclass
 
 import h2.config
@@ -185,7 +186,7 @@ class ClientSession:
         if which == "ping":
             ack = pb.SyncRequest(ack=pb.Ack(
                 ping_id=msg.ping.id, ping_timestamp_unix_nanos=msg.ping.timestamp_unix_nanos))
-            self._h2.send_data(self._sid, frame_message(ack.SerializeToString()))
+            self._send(ack)
         return None
 
     def _answer_digest(self, q: pb.DigestQuery) -> None:
@@ -197,7 +198,13 @@ class ClientSession:
             raise GrpcError(StatusCode.INTERNAL, f"server's digest query: {exc}") from None
         reply = pb.SyncRequest(digest=pb.DigestAnswer(
             sums=ans.sums, leaves=ans.leaves, names=ans.names))
-        self._h2.send_data(self._sid, frame_message(reply.SerializeToString()))
+        self._send(reply)
+
+    def _send(self, request: pb.SyncRequest) -> None:
+        # The server may have reset the stream right after this message (h2 has seen the
+        # whole read): nothing to answer any more; the reset is reported from the same data.
+        with contextlib.suppress(h2.exceptions.StreamClosedError):
+            self._h2.send_data(self._sid, frame_message(request.SerializeToString()))
 
     def _end(self, headers: dict[bytes, bytes]) -> None:
         self.ended = True
