@@ -2,14 +2,15 @@
 connections, delete an object, and report whether (and when) the deletion reached a client.
 
 Run as ``unshare --net -- python -m tests.netns_drop {etcd,kdd} {change,quiet} WORKDIR``
-(root); prints one JSON line.  ``change`` deletes the object right after the drop (the
-cross-check or the kernel notices, whichever first); ``quiet`` first waits, with nothing
-changing, until TCP keepalive has broken the dropped watch (``quiet_for``: how long that
-took), then deletes.  The namespace has only its own loopback, so the nftables rule touches nothing
-outside it.  The rule matches the connections open at that moment, from the datastore's port
-to this process's client ports (etcd's own gateway connections are left alone): they stay
-open and silent, as when a host firewall starts dropping an established connection's
-packets.  Connections opened afterwards get through.
+(root); prints one JSON line.  ``change`` deletes the object right after the drop (whatever
+checks the watch notices first); ``quiet`` first waits, with nothing changing, until the
+dropped watch is broken - by HTTP/2 PINGs on an HTTP/2 connection, by TCP keepalive on an
+HTTP/1.1 one (``quiet_for``: how long that took) - then deletes.  The namespace has only
+its own loopback, so the nftables rule touches nothing outside it.  The rule matches the
+connections open at that moment, from the datastore's port to this process's client ports
+(etcd's own gateway connections are left alone): they stay open and silent, as when a host
+firewall starts dropping an established connection's packets.  Connections opened
+afterwards get through.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def drop_inbound(server_port: int, client_ports: list[int]) -> None:
 
 
 async def broken_by_keepalive(records: list[logging.LogRecord]) -> float:
-    """Wait for the WARNING of a watch the kernel gave up on; seconds waited."""
+    """Wait for the WARNING of a watch given up on (PING deadline, or the kernel's
+    keepalive); seconds waited."""
     started = time.monotonic()
     with trio.fail_after(30):
         while True:
@@ -90,8 +92,8 @@ async def scenario(which: str, quiet: bool, workdir: Path,
     if which == "etcd":
         async with run_etcd(workdir) as etcd, etcd.client() as c:
             await c.put_resource(gnp("doomed"))
-            # Only the kernel (keepalive) or the cross-check can notice: no request timeout,
-            # no keepalive request, within the test's time.
+            # Only the connection's PINGs or the watch's progress requests can notice: no
+            # request timeout within the test's time.
             ds = EtcdDatastore(etcd.config, stall_deadline=DEADLINE,
                                request_timeout=120, backoff_initial=0.05, backoff_max=0.2)
             async with felix_daemon(ds) as (_, client):

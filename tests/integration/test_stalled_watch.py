@@ -190,9 +190,9 @@ async def test_drop_rule_on_the_watch_connections_in_a_network_namespace(
         tmp_path: Path, datastore: str, mode: str) -> None:
     """tests/netns_drop.py in a fresh network namespace: an nftables rule drops the inbound
     packets of the daemon's open datastore connections.  With a deletion made at once
-    (``change``) the cross-check or the kernel notices; with nothing changing (``quiet``)
-    TCP keepalive breaks the watch within the deadline, and the deletion made after that
-    arrives through the new connection.  Either way it reaches the client."""
+    (``change``) the watch's checks notice; with nothing changing (``quiet``) HTTP/2 PINGs
+    (TCP keepalive over HTTP/1.1) break the watch within the deadline, and the deletion made
+    after that arrives through the new connection.  Either way it reaches the client."""
     reason = _cannot_make_netns()
     if reason is not None:
         pytest.skip(reason)
@@ -207,5 +207,5 @@ async def test_drop_rule_on_the_watch_connections_in_a_network_namespace(
           f"quiet until broken {result.get('quiet_for', '-')}; deletion after {result['took']:.2f}s")
     assert result["dropped"] >= 1 and result["warnings"]
     if mode == "quiet":
-        # The kernel gave up within the deadline: DEADLINE of tests/netns_drop.py is 6 s.
+        # Given up on within the deadline: DEADLINE of tests/netns_drop.py is 6 s.
         assert all("silent" in w for w in result["warnings"])
