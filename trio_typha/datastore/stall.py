@@ -5,13 +5,17 @@ a proxy or middlebox that stops forwarding, a wedged server-side watcher.  A kee
 another connection proves nothing about this one, so every watch stream gets a check of its
 own, in two layers:
 
-* TCP keepalive with short timers and ``TCP_USER_TIMEOUT`` on the watch's socket
-  (:func:`.http_edge.keepalive_socket_options`): the probes' ACKs travel the very path the missing data
-  would, so a path that drops inbound packets kills the connection within the deadline.
-* A cross-check on another connection (:class:`StallCheck`): once the stream has been
-  silent for ``interval`` (a little under the deadline), the watcher asks the datastore
-  whether anything in the watched range changed after the last revision the stream
-  delivered (a short watch from that revision, on a connection of its own).  "Nothing"
+* On the connection: HTTP/2 PINGs where the watch is a stream of an HTTP/2 connection
+  (:class:`~trio_typha.h2client.core.Keepalive`), else TCP keepalive with short timers and
+  ``TCP_USER_TIMEOUT`` on the watch's socket (:func:`.http_edge.keepalive_socket_options`):
+  the probes travel the very path the missing data would, so a path that drops inbound
+  packets kills the connection within the deadline.
+* A cross-check of the stream (:class:`StallCheck`): once the stream has been silent for
+  ``interval`` (a little under the deadline), the watcher asks the datastore whether the
+  stream has missed anything: a Kubernetes watcher opens a short watch from the last
+  revision the stream delivered (a connection of its own over HTTP/1.1, a stream of the
+  shared connection over HTTP/2); etcd's sends a ``WatchProgressRequest`` up the stream
+  itself, and no answer within the probe window counts as a missed change.  "Nothing"
   counts as progress, as a progress notification or a bookmark would; "something" makes the
   stream suspect, and if it still has not delivered a ``grace`` later (the probe window:
   the datastore sends a change to every watcher at once) it is stalled: the watcher tears
@@ -29,8 +33,8 @@ trip plus ``grace``, under the deadline.
 "Silent for" has one definition, :meth:`StallCheck.silent_for`: the seconds since the stream
 was last known to be current - its last event, bookmark or progress notification, or a
 cross-check that found nothing it had missed; on a shared HTTP/2 connection where every
-stream is quiet, the last time the connection was heard from.  The stall WARNING, the metric and readiness
-all read that one figure, so they agree about any one stall.  (The time since the stream's
+stream is quiet, the last time the connection was heard from.  The stall WARNING, the
+metric and readiness all read that one figure, so they agree about any one stall.  (The time since the stream's
 last event is not it: a quiet stream confirmed current a moment ago is not stale, however
 long ago its last object changed.)
 """
