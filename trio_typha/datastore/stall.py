@@ -34,9 +34,9 @@ trip plus ``grace``, under the deadline.
 was last known to be current - its last event, bookmark or progress notification, or a
 cross-check that found nothing it had missed; on a shared HTTP/2 connection where every
 stream is quiet, the last time the connection was heard from.  The stall WARNING, the
-metric and readiness all read that one figure, so they agree about any one stall.  (The time since the stream's
-last event is not it: a quiet stream confirmed current a moment ago is not stale, however
-long ago its last object changed.)
+metric and readiness all read that one figure, so they agree about any one stall.  (The
+time since the stream's last event is not it: a quiet stream confirmed current a moment
+ago is not stale, however long ago its last object changed.)
 """
 
 from __future__ import annotations
