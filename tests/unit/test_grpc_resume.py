@@ -241,3 +241,15 @@ def test_a_mirror_numbers_its_breadcrumbs_as_the_primary() -> None:
     # A number that cannot follow (not after the newest) ends positions on this mirror.
     mirror.append((kv("/k2", "z"),), SyncStatus.IN_SYNC, 3.0, seq=crumb.seq)
     assert mirror.position(9, mirror.latest.seq) is None
+
+
+def test_clients_lacking_the_same_keys_share_the_repair_bytes() -> None:
+    cache = cache_with(300)
+    client = tree_of((f"/k{i}", b"v", "1") for i in range(1, 300))  # lacks /k0
+    repairs = []
+    for _ in range(3):
+        s = session(start_msg(tree=client))
+        run_digest(s, cache, client)
+        repairs.append(encode_once.repair_messages(cache.latest, s.repair_updates(cache), 50))
+    assert repairs[0] and all(r is repairs[0] for r in repairs)
+    assert cache.memo_builds[("grpc", "repair", 50)] == 1

@@ -85,9 +85,21 @@ def resumed_message(crumb: Breadcrumb, size: int) -> bytes:
         sync_status=_PB_STATUS[crumb.status], snapshot_size=size, seq=crumb.seq)))
 
 
-def repair_messages(updates: list[SerializedUpdate], batch_size: int) -> list[bytes]:
-    """The updates and deletions a resume by digest found the client lacking."""
-    return [_updates(updates[i:i + batch_size]) for i in range(0, len(updates), batch_size)]
+def repair_messages(crumb: Breadcrumb, updates: list[SerializedUpdate],
+                    batch_size: int) -> tuple[bytes, ...]:
+    """The updates and deletions (as of ``crumb``, the newest) a resume by digest found a
+    client lacking; clients that lack the same keys share the encoding."""
+    if not updates:
+        return ()
+    # One memo entry per breadcrumb (the build counter counts it once), holding the
+    # encodings by key set.
+    by_keys: dict[tuple[str, ...], tuple[bytes, ...]] = crumb.memo(
+        ("grpc", "repair", batch_size), lambda _: {})
+    keys = tuple(u.key for u in updates)
+    if (found := by_keys.get(keys)) is None:
+        found = by_keys[keys] = tuple(_updates(updates[i:i + batch_size])
+                                      for i in range(0, len(updates), batch_size))
+    return found
 
 
 def digest_query_message(query: Query) -> bytes:

@@ -191,7 +191,7 @@ async def _send_resume(stream: MessageStream, ctx: ServerContext, session: SyncS
     target = feed.latest
     out = [_header(ctx, session, feed, info, target)]
     repair = session.repair_updates(feed.cache) if session.repair is not None else []
-    out += encode_once.repair_messages(repair, session.settings.max_message_size)
+    out += encode_once.repair_messages(target, repair, session.settings.max_message_size)
     session.last_status_sent = crumb.status
     while crumb is not target:
         assert crumb.next is not None
