@@ -16,6 +16,12 @@ from collections.abc import Callable, Iterator
 
 HEADER = struct.Struct("<BI")
 
+#: What a follower sends first when it dials a feed over TCP (a relay tier following
+#: another trio-typha on its sync port, :mod:`trio_typha.upstream.wire`): the port tells
+#: a feed from a Typha client by it (:mod:`trio_typha.server.sniff`).  A gob stream
+#: cannot start so: its second byte would be ``FF``.
+FEED_PREAMBLE = b"TTYFEED\n"
+
 #: How a channel names a framing error: its own error class, called with the message.
 ErrorClass = Callable[[str], Exception]
 

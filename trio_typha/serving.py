@@ -51,7 +51,8 @@ from .startup import HttpPortInUse, port_in_use
 from .syncer.base import Pipeline
 from .tls.diagnosis import FailureLog
 from .tls.server import ServerTLS, TLSPolicy, metrics_ssl_context
-from .upstream.wire import ENCODINGS
+from .upstream.serve import serve_feed_session
+from .upstream.wire import ENCODINGS, encodings_for
 
 log = logging.getLogger(__name__)
 
@@ -432,4 +433,6 @@ def _protocols(which: str) -> Protocols:
     if which in ("all", "grpc"):
         from .protocols.grpc.shell import serve_h2_connection
         h2 = serve_h2_connection
-    return Protocols(gob=gob, h2=h2)
+    # Relay tiers follow this process's caches over the feed, with the encodings its own
+    # clients use (a relay serving the other protocol too encodes that itself).
+    return Protocols(gob=gob, h2=h2, feed=partial(serve_feed_session, encodings_for(which)))

@@ -54,3 +54,13 @@ def test_http1_answer_is_a_complete_response():
     assert head.startswith(b"HTTP/1.1 400 ")
     assert f"Content-Length: {len(body)}".encode() in head
     assert b"Connection: close" in head
+
+
+def test_a_relays_feed_preamble_is_told_from_gob_once_complete():
+    from trio_typha.records import FEED_PREAMBLE
+    from trio_typha.upstream import wire
+    data = FEED_PREAMBLE + wire.encode_hello("felix")
+    assert [classify(data[:n]) for n in range(1, len(FEED_PREAMBLE))] == [None] * (
+        len(FEED_PREAMBLE) - 1)
+    assert classify(data) is Wire.FEED
+    assert classify(FEED_PREAMBLE[:3] + b"x") is Wire.GOB  # a near miss is not a feed

@@ -151,3 +151,17 @@ def test_an_oversized_record_is_refused_before_it_is_buffered() -> None:
     decoder.feed(HEADER.pack(wire.SNAPSHOT, 101))
     with pytest.raises(wire.WireError, match="over the 100 limit"):
         list(decoder)
+
+
+@given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
+def test_a_ping_carries_the_upstreams_lag(lag):
+    (ping,) = decode_all(wire.encode_ping(lag))
+    assert ping == wire.Ping(lag)
+
+
+def test_a_ping_of_the_wrong_size_is_refused():
+    from trio_typha.records import frame
+    with pytest.raises(wire.WireError):
+        decode_all(frame(wire.PING, b"\0" * 9, 100, wire.WireError))
+    with pytest.raises(wire.WireError):
+        decode_all(frame(wire.PING, b"\0" * 3, 100, wire.WireError))

@@ -42,11 +42,14 @@ Session = Callable[..., Awaitable[None]]  # (stream, ctx, *, prefix, conn) -> No
 class Protocols:
     """Which session handles which protocol (either may be disabled by config)."""
 
-    def __init__(self, *, gob: Session | None, h2: Session | None) -> None:
+    def __init__(self, *, gob: Session | None, h2: Session | None,
+                 feed: Session | None = None) -> None:
         if gob is None and h2 is None:
             raise ValueError("at least one protocol must be enabled")
         self.gob = gob
         self.h2 = h2
+        #: The cache feed for relay tiers (None: not served, the peer is closed, named).
+        self.feed = feed
 
 
 async def sniff(stream: trio.abc.Stream, protocols: Protocols
@@ -63,7 +66,8 @@ async def sniff(stream: trio.abc.Stream, protocols: Protocols
             return None, None, buf
         buf += data
         wire = classify(buf)
-    session = protocols.gob if wire is Wire.GOB else protocols.h2 if wire is Wire.H2 else None
+    session = {Wire.GOB: protocols.gob, Wire.H2: protocols.h2,
+               Wire.FEED: protocols.feed}.get(wire)
     if session is None and wire in (Wire.GOB, Wire.H2):
         # The protocol is disabled: let the other one say it does not understand.
         session = protocols.gob or protocols.h2
@@ -99,6 +103,7 @@ async def _answer_and_drain(sock: trio.SocketStream, answer: bytes = b"") -> Non
 
 
 _PLAINTEXT = {Wire.H2: "an HTTP/2 (plaintext gRPC) client",
+              Wire.FEED: "a relay's feed without TLS",
               Wire.HTTP1: "an HTTP/1.x client",
               Wire.GOB: "a Typha-protocol client without TLS"}
 

@@ -6,7 +6,8 @@ error or the handshake timeout: a TLS ClientHello (a client configured for TLS t
 plaintext server) and an HTTP/1.x request (a person with curl, a probe, a proxy).
 
 Each is told by a fixed prefix: ``PRI`` starts the HTTP/2 preface, ``16 03`` a TLS
-handshake record, ``GET ``/``POST ``/... an HTTP/1.x request line.  A gob stream matches
+handshake record, ``GET ``/``POST ``/... an HTTP/1.x request line, the feed's preamble a
+relay tier following this process.  A gob stream matches
 none of them past its second byte: it starts with a message length, then the negative id of
 a user type, which for every id gob assigns (>= 65) is a multi-byte int starting ``FF``.
 """
@@ -17,17 +18,21 @@ __sans_io__ = True
 
 import enum
 
+from ..records import FEED_PREAMBLE
+
 
 class Wire(enum.Enum):
     GOB = "typha-gob"
     H2 = "http/2"
     TLS = "tls"
     HTTP1 = "http/1.x"
+    FEED = "feed"  # a relay tier following this trio-typha's caches (upstream/wire.py)
 
 
 _PREFIXES: tuple[tuple[bytes, Wire], ...] = (
     (b"PRI", Wire.H2),
     (b"\x16\x03", Wire.TLS),
+    (FEED_PREAMBLE, Wire.FEED),
     *((m + b" ", Wire.HTTP1) for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE",
                                        b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")),
 )
@@ -53,6 +58,8 @@ def rejection_reason(wire: Wire, *, tls_configured: bool) -> str:
     if wire is Wire.TLS:
         return ("TLS ClientHello on a plaintext connection" + (
             "" if tls_configured else " (this server has no TLS configured)"))
+    if wire is Wire.FEED:
+        return "a relay's feed request; this process serves no feed"
     return "HTTP/1.x request; this port serves Typha's protocol and gRPC over HTTP/2 only"
 
 

@@ -104,6 +104,8 @@ class FollowerPipeline:
                     seq = record.seq
                     feed.append(record.updates, record.status, now - record.age, record.memo,
                                 record.seq)
+                elif isinstance(record, wire.Ping):
+                    continue  # the primary is alive and has published nothing
                 elif isinstance(record, wire.Snapshot) and not started:
                     feed.append(record.updates, record.status, now - record.age)
                     started = True

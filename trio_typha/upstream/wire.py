@@ -1,7 +1,8 @@
 """The primary's feed to its ServerWorkers workers: records on a local socket (pure).
 
-A worker opens one connection per syncer type and sends ``HELLO`` (the syncer type).  The
-primary answers with one ``SNAPSHOT`` (its cache's KV set at some breadcrumb, and the
+A worker opens one connection per syncer type and sends ``HELLO`` (the syncer type); a
+relay tier dialling another trio-typha's sync port over TCP sends
+:data:`~trio_typha.records.FEED_PREAMBLE` first.  The primary answers with one ``SNAPSHOT`` (its cache's KV set at some breadcrumb, and the
 status then), then one ``CRUMB`` per breadcrumb published after it, in order.  A crumb
 carries what the worker's cache needs to publish *the same* breadcrumb (its updates, the
 status after it, how old its oldest datastore event is) and the protocol encodings the
@@ -16,6 +17,7 @@ pickle: a record is data.
   SNAPSHOT  status u8, age f64, count u32, updates
   CRUMB     seq u64, status u8, age f64, encodings u8, count u32,
             encodings (id u8, length u32, bytes), updates
+  PING      lag f64
   update    key length u32, value length i32 (-1: no value), revision length u16,
             v3 resource version length u16, ttl ns i64, update type u8, then the four strings
 """
@@ -35,8 +37,10 @@ from ..protocols.gob import encode_once as gob
 from ..protocols.grpc import encode_once as grpc
 from ..records import HEADER, RecordReader, frame, over_limit
 
-VERSION = 2
-HELLO, SNAPSHOT, CRUMB = 1, 2, 3
+VERSION = 3
+HELLO, SNAPSHOT, CRUMB, PING = 1, 2, 3, 4
+#: Seconds between the upstream's pings on an idle feed.
+PING_INTERVAL = 1.0
 #: Largest record accepted (a snapshot of a very large cluster is the largest).
 MAX_RECORD = 1 << 30
 
@@ -44,6 +48,7 @@ _SNAPSHOT = struct.Struct("<BdI")
 _CRUMB = struct.Struct("<QBdBI")
 _ENCODING = struct.Struct("<BI")
 _UPDATE = struct.Struct("<IiHHqB")
+_PING = struct.Struct("<d")
 _STATUSES = {int(s): s for s in SyncStatus}
 _UPDATE_TYPES = {int(u): u for u in UpdateType}
 
@@ -99,7 +104,12 @@ class Crumb:
     memo: dict[Any, bytes] = field(default_factory=dict)  # memo key -> the primary's bytes
 
 
-Record = Hello | Snapshot | Crumb
+@dataclass(frozen=True, slots=True)
+class Ping:
+    lag: float  # the upstream's own lag when it sent this (seconds)
+
+
+Record = Hello | Snapshot | Crumb | Ping
 
 
 # ---- encoding ---------------------------------------------------------------------------
@@ -134,6 +144,10 @@ def encode_hello(syncer_type: str) -> bytes:
 def encode_snapshot(status: SyncStatus, age: float,
                     updates: Sequence[SerializedUpdate]) -> bytes:
     return _frame(SNAPSHOT, _SNAPSHOT.pack(status, age, len(updates)) + _updates(updates))
+
+
+def encode_ping(lag: float) -> bytes:
+    return _frame(PING, _PING.pack(lag))
 
 
 def crumb_body(crumb: Breadcrumb, encodings: Sequence[Encoding]) -> bytes:
@@ -230,6 +244,10 @@ def decode(kind: int, payload: bytes) -> Record:
             updates, pos = _read_updates(payload, pos, count)
             _at_end(payload, pos)
             return Crumb(seq, _status(status), age, updates, memo)
+        if kind == PING:
+            (lag,) = _PING.unpack_from(payload, 0)
+            _at_end(payload, _PING.size)
+            return Ping(lag)
     except (struct.error, UnicodeDecodeError) as exc:
         raise WireError(f"malformed record of type {kind}: {exc}") from None
     raise WireError(f"unknown record type {kind}")
