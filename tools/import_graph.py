@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sessions",),
     ("protocols",),
     ("server", "client", "upstream"),
-    ("workers",),
+    ("workers", "warm"),
     ("serving",),
     ("daemon", "follower"),
     ("cli",),

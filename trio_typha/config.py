@@ -158,6 +158,11 @@ def _authority(raw: str) -> str:
     return raw
 
 
+def _authority_list(raw: str) -> tuple[str, ...]:
+    """Comma-separated ``host:port`` entries (empty entries skipped)."""
+    return tuple(_authority(part) for part in (p.strip() for p in raw.split(",")) if part)
+
+
 #: What ``TLS_CIPHER_SUITES`` accepts: Calico's supported suites by Go name
 #: (crypto/pkg/tls/tls.go: its TLS 1.3, TLS 1.2 and legacy lists), each with its OpenSSL
 #: name; None for a TLS 1.3 suite, which OpenSSL (like Go) does not let a program choose.
@@ -445,6 +450,28 @@ class Config:
         "memory datastore: synthetic cluster to load", own=True)
     memory_churn_rate: float = param("MemoryChurnRate", _seconds, 0.0,
                                      "memory datastore: writes per second of churn", own=True)
+    # Warm start from a sibling (trio_typha/warm/, docs/warm-start.md).
+    warm_start_peers: tuple[str, ...] = param(
+        "WarmStartPeers", _authority_list, (),
+        "siblings' sync ports (host:port, comma-separated) to take the caches' state from "
+        "at start instead of listing the datastore", zero=(), own=True)
+    warm_start_discovery: bool = param(
+        "WarmStartDiscovery", _bool, False,
+        "also find siblings in Typha's EndpointSlices (K8sServiceName, K8sNamespace, "
+        "K8sPortName) for a warm start", own=True)
+    warm_start_timeout_secs: float = param(
+        "WarmStartTimeoutSecs", _positive_seconds, 60.0,
+        "how long one sibling may take to hand over its state before the next is tried",
+        own=True)
+    warm_start_peer_cn: str = param(
+        "WarmStartPeerCN", _string, "",
+        "under TLS: the CN a sibling's certificate must have, either way of a warm start "
+        "(with WarmStartPeerURISAN empty too, no warm start is served or taken under TLS)",
+        own=True)
+    warm_start_peer_uri_san: str = param(
+        "WarmStartPeerURISAN", _string, "",
+        "under TLS: the URI SAN a sibling's certificate must have (see WarmStartPeerCN)",
+        own=True)
     # Typha reads this one before its configuration (typha/pkg/logutils/logutils.go); see
     # early_log_level.
     early_log_severity_screen: str = param(
@@ -739,6 +766,13 @@ def _validate(cfg: Config) -> None:
     if bool(cfg.etcd_key_file) != bool(cfg.etcd_cert_file):
         missing = "TYPHA_ETCDCERTFILE" if cfg.etcd_key_file else "TYPHA_ETCDKEYFILE"
         raise ConfigError(f"{missing}: the etcd client key and certificate go together")
+    if (cfg.warm_start_peers or cfg.warm_start_discovery) and cfg.datastore_type == "memory":
+        raise ConfigError("TYPHA_WARMSTARTPEERS / TYPHA_WARMSTARTDISCOVERY: a warm start "
+                          "needs DatastoreType kubernetes or etcdv3, not memory")
+    if ((cfg.warm_start_peers or cfg.warm_start_discovery) and cfg.tls_enabled
+            and not (cfg.warm_start_peer_cn or cfg.warm_start_peer_uri_san)):
+        raise ConfigError("TYPHA_WARMSTARTPEERCN / TYPHA_WARMSTARTPEERURISAN: under TLS a "
+                          "warm start needs the identity siblings' certificates carry")
     if cfg.max_connections_lower_limit > cfg.max_connections_upper_limit:
         raise ConfigError("TYPHA_MAXCONNECTIONSLOWERLIMIT: must not exceed "
                           "TYPHA_MAXCONNECTIONSUPPERLIMIT")

@@ -19,12 +19,14 @@ from typing import Any
 
 import trio
 
+from . import BUILD_VERSION
 from .cache.feed import CacheFeed
 from .config import Config
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
 from .datastore.k8s_config import KubeConfigError, load_kube_client_config
 from .datastore.k8s_errors import K8sError
+from .datastore.known import StateError
 from .datastore.memory import MemoryDatastore, MemoryStore
 from .datastore.stall import WatchState
 from .host import server_processes
@@ -41,6 +43,9 @@ from .syncer.gcpause import GCPauses
 from .syncer.pipeline import SyncerPipeline, Validator
 from .upstream import wire as upstream_wire
 from .upstream.serve import serve_follower
+from .warm import wire as warm_wire
+from .warm.fetch import PeerTLS, WarmOutcome, discover_siblings, fetch_state
+from .warm.serve import WarmServer
 from .workers.handoff import BalancingListener
 from .workers.pool import WorkerPool, WorkerState, aggregate_exposition
 
@@ -116,6 +121,15 @@ class Daemon(ServingProcess[SyncerPipeline]):
                         f"TYPHA_CONNECTIONREBALANCINGMODE=kubernetes: {exc}; or set "
                         "ConnectionRebalancingMode=none") from None
                 self._owns_rebalance_api = True
+        #: where the caches' state came from (None: not decided yet)
+        self.warm: WarmOutcome | None = None
+        self.warm_server: WarmServer | None = None
+        # Under TLS a sibling is told by its own identity (WarmStartPeerCN / URISAN): with
+        # neither set, no warm start is served.
+        if self.datastore.name in WARM_DATASTORES and (
+                not cfg.tls_enabled or cfg.warm_start_peer_cn or cfg.warm_start_peer_uri_san):
+            self.warm_server = WarmServer(lambda: self.pipelines, self.fingerprint(),
+                                          write_timeout=self.settings.write_timeout)
 
     @property
     def source_name(self) -> str:
@@ -125,7 +139,33 @@ class Daemon(ServingProcess[SyncerPipeline]):
         board = self.datastore.watches
         return [] if board is None else list(board.states(prefix))
 
+    def fingerprint(self) -> dict[str, str]:
+        """Everything that decides how this replica turns datastore objects into KVs: a
+        sibling's state is only taken (or given) where both agree (:mod:`.warm.wire`)."""
+        mode = self.datastore.mode
+        return warm_wire.fingerprint(
+            datastore=self.datastore.name, calico_group=self.datastore.calico_group,
+            use_pod_cidr=self.config.k8s_use_pod_cidr and mode is DatastoreMode.KDD,
+            felix_interface_prefix=self.config.felix_interface_prefix, build=BUILD_VERSION,
+            syncers=",".join(self.syncer_types))
+
+    def warm_session(self) -> WarmServer | None:
+        return self.warm_server
+
     def make_pipeline(self, syncer_type: str, feed: CacheFeed) -> SyncerPipeline:
+        pipeline = self._make_pipeline(syncer_type, feed)
+        state = self.warm.states.get(syncer_type) if self.warm is not None else None
+        if state is not None:
+            assert self.warm is not None
+            try:
+                pipeline.restore(state, self.warm.source)
+            except StateError as exc:
+                log.warning("Syncer %s: the state from sibling %s does not fit (%s); "
+                            "listing it from the datastore", syncer_type, self.warm.source,
+                            exc)
+        return pipeline
+
+    def _make_pipeline(self, syncer_type: str, feed: CacheFeed) -> SyncerPipeline:
         # USE_POD_CIDR is part of Calico's Kubernetes client configuration: etcd mode never
         # has it (typha/pkg/config/config_params.go, DatastoreConfig).
         mode = self.datastore.mode
@@ -145,6 +185,44 @@ class Daemon(ServingProcess[SyncerPipeline]):
     async def prepare(self) -> None:
         await self._check_datastore()
         await self._initialize_datastore()
+        await self._warm_start()
+
+    async def _warm_start(self) -> None:
+        """Take a sibling's state, if configured and one gives it (see :mod:`.warm`)."""
+        cfg = self.config
+        peers = list(cfg.warm_start_peers)
+        if cfg.warm_start_discovery and self.warm_server is not None:
+            api = self.datastore.kube_api or self._rebalance_api
+            if api is None:
+                log.warning("WarmStartDiscovery: no Kubernetes API to read EndpointSlices "
+                            "from (etcd mode needs ConnectionRebalancingMode=kubernetes or "
+                            "WarmStartPeers)")
+            else:
+                peers += await discover_siblings(api, namespace=cfg.k8s_namespace,
+                                                 service=cfg.k8s_service_name,
+                                                 port_name=cfg.k8s_port_name)
+        peers = list(dict.fromkeys(peers))
+        if not peers or self.warm_server is None:
+            self.warm = WarmOutcome()
+        else:
+            log.info("Warm start: asking %s for the caches' state", ", ".join(peers))
+            self.warm = await fetch_state(peers, self.syncer_types, self.fingerprint(),
+                                          tls=self._peer_tls(),
+                                          per_peer=cfg.warm_start_timeout_secs)
+        log.info("Caches' state: %s", self.warm.describe())
+        outcome = self.warm
+        self.health.register("state-source", lambda: Report(
+            live=True, ready=None, detail=outcome.describe()))
+
+    def _peer_tls(self) -> PeerTLS | None:
+        cfg = self.config
+        if not cfg.tls_enabled:
+            return None
+        from .tls.client import client_ssl_context
+        # Our own certificate is the client's: siblings check it as we check theirs.
+        return PeerTLS(client_ssl_context(cfg.ca_file, cfg.server_cert_file,
+                                          cfg.server_key_file),
+                       peer_cn=cfg.warm_start_peer_cn, peer_uri_san=cfg.warm_start_peer_uri_san)
 
     async def open_listeners(self) -> list[SocketListener]:
         cfg = self.config
@@ -282,6 +360,10 @@ class Daemon(ServingProcess[SyncerPipeline]):
         """What each worker may hold of the replica's connection limit (the governor's)."""
         assert self.governor is not None
         return self.governor.share
+
+
+#: Datastores whose watches can be handed to a sibling and resumed.
+WARM_DATASTORES = frozenset({"kubernetes", "etcdv3"})
 
 
 def _no_felix() -> int:

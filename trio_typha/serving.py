@@ -143,6 +143,10 @@ class ServingProcess(ABC, Generic[P]):
     async def aclose(self) -> None:
         """After every task has ended, shielded: release what the role holds."""
 
+    def warm_session(self) -> Callable[..., Any] | None:
+        """What serves a sibling's warm start on the sync port (None: refused, named)."""
+        return None
+
     def connection_limit(self) -> int:
         """The connection limit to start with (the replica's, before this process's share)."""
         return self.config.max_connections
@@ -369,8 +373,9 @@ class ServingProcess(ABC, Generic[P]):
         cfg = self.config
         assert self.ctx is not None
         handler = ConnectionHandler(
-            self.ctx, _protocols(cfg.server_protocols), tls=self.tls,
+            self.ctx, _protocols(cfg.server_protocols, self.warm_session()), tls=self.tls,
             client_cn=cfg.client_cn, client_uri_san=cfg.client_uri_san,
+            peer_cn=cfg.warm_start_peer_cn, peer_uri_san=cfg.warm_start_peer_uri_san,
             failures=FailureLog(lambda reason: self.metrics.tls_handshake_failures.labels(
                 reason=reason).inc()))
         log.info("Opening %slisten socket", "TLS " if self.tls else "", extra=fields(
@@ -425,7 +430,7 @@ def _count_wait(sm: SyncerMetrics, blocked: bool) -> None:
     (sm.breadcrumb_block if blocked else sm.breadcrumb_non_block).inc()
 
 
-def _protocols(which: str) -> Protocols:
+def _protocols(which: str, warm: Callable[..., Any] | None = None) -> Protocols:
     gob = h2 = None
     if which in ("all", "typha"):
         from .protocols.gob.shell import serve_gob_connection
@@ -435,4 +440,5 @@ def _protocols(which: str) -> Protocols:
         h2 = serve_h2_connection
     # Relay tiers follow this process's caches over the feed, with the encodings its own
     # clients use (a relay serving the other protocol too encodes that itself).
-    return Protocols(gob=gob, h2=h2, feed=partial(serve_feed_session, encodings_for(which)))
+    return Protocols(gob=gob, h2=h2, feed=partial(serve_feed_session, encodings_for(which)),
+                     warm=warm)

@@ -14,13 +14,14 @@ and overrides what it has.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from ..model.kinds import CALICO_V3_GROUP, ResourceKind
 from ..model.syncers import DatastoreMode
 from .events import Connection, DatastoreEvent, KindSynced, ResourceEvent
+from .known import StateError
 
 if TYPE_CHECKING:
     from .k8s_api import KubeApi
@@ -64,6 +65,18 @@ class Datastore(Protocol):
     async def aclose(self) -> None:
         """Release what the datastore holds (its watches have been cancelled)."""
         return None
+
+    def export_watch(self, name: str) -> dict[str, Any] | None:
+        """Where the running :meth:`watch` called ``name`` stands, as data a sibling can
+        resume from (:mod:`trio_typha.warm`): None if it cannot be exported.  Exact only
+        while its pipeline holds no event not yet applied (the caller checks)."""
+        return None
+
+    def restore_watch(self, name: str, kinds: Sequence[ResourceKind], state: object) -> None:
+        """Make the next :meth:`watch` called ``name`` resume from a sibling's
+        :meth:`export_watch` instead of listing; :class:`StateError` (nothing changed)
+        if it cannot."""
+        raise StateError(f"the {self.name} datastore cannot resume a sibling's watch")
 
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",

@@ -103,6 +103,10 @@ class EtcdDatastore(Datastore):
         #: the live connection to each endpoint, shared by every pipeline
         self._clients: dict[str, EtcdClient] = {}
         self._connecting: dict[str, trio.Event] = {}  # set once that connect is done
+        #: each running watch's state, by its ``name`` (for :meth:`export_watch`)
+        self._states: dict[str, EtcdSyncState] = {}
+        #: states restored from a sibling, taken by the next watch of that ``name``
+        self._restored: dict[str, EtcdSyncState] = {}
 
     @property
     def watches(self) -> WatchBoard:
@@ -161,6 +165,15 @@ class EtcdDatastore(Datastore):
                 del self._connecting[endpoint]
                 connected.set()
 
+    def export_watch(self, name: str) -> dict[str, Any] | None:
+        state = self._states.get(name)
+        return None if state is None else state.export()
+
+    def restore_watch(self, name: str, kinds: Sequence[ResourceKind], state: object) -> None:
+        restored = EtcdSyncState(kinds)
+        restored.restore(state)
+        self._restored[name] = restored
+
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -171,12 +184,18 @@ class EtcdDatastore(Datastore):
         :mod:`.etcd_layout`: v3 resources, and IPAM blocks and affinities at v1 paths).
         """
         stream = f"{name}/etcd" if name else "etcd"
-        watcher = _Watcher(self, EtcdSyncState(kinds), send, stream)
+        state = self._restored.pop(name, None)
+        if state is None or state.kinds != tuple(dict.fromkeys(kinds)):
+            state = EtcdSyncState(kinds)
+        watcher = _Watcher(self, state, send, stream)
+        self._states[name] = state
         task_status.started()
         try:
             await watcher.run()
         finally:
             self.watches.remove(stream, watcher.check)
+            if self._states.get(name) is state:
+                del self._states[name]
 
 
 class _Watcher:

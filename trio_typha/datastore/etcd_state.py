@@ -12,12 +12,13 @@ __sans_io__ = True
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..model.kinds import ResourceKind
 from .etcd_layout import KeyParser, decode_value
 from .etcd_rpc import Header, KeyValue, WatchResponse
 from .events import DatastoreEvent, KindSynced, ResourceEvent
-from .known import KnownObjects
+from .known import KnownObjects, StateError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,38 @@ class EtcdSyncState:
 
     def __len__(self) -> int:
         return sum(len(k) for k in self._known.values())
+
+    # -- a warm start (:mod:`trio_typha.warm`) --------------------------------------------
+
+    def export(self) -> dict[str, Any]:
+        """Where this watch stands, as data: what was sent per kind, the revision every
+        change up to which was delivered, and the etcd cluster it came from."""
+        return {"revision": self.revision, "cluster_id": self.cluster_id,
+                "stale": self._stale, "synced": sorted(str(k) for k in self._synced),
+                "known": {str(k): known.export() for k, known in self._known.items()}}
+
+    def restore(self, state: object) -> None:
+        """Take over a sibling's :meth:`export` for the same kinds: the next session
+        watches from its revision, against the same cluster, unless etcd compacted past
+        it (then it lists, sending only differences, as after any compaction)."""
+        if not isinstance(state, dict):
+            raise StateError("etcd watch state: not an object")
+        revision, cluster, stale = (state.get("revision"), state.get("cluster_id"),
+                                    state.get("stale"))
+        known, synced = state.get("known"), state.get("synced")
+        if (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0
+                or not isinstance(cluster, str) or not isinstance(stale, bool)
+                or not isinstance(known, dict) or not isinstance(synced, list)):
+            raise StateError("etcd watch state: bad revision, cluster_id, stale, known or "
+                             "synced")
+        by_name = {str(k): k for k in self.kinds}
+        if set(known) != set(by_name) or not set(synced) <= set(by_name):
+            raise StateError(f"etcd watch state of kinds {sorted(known)}, not "
+                             f"{sorted(by_name)}")
+        for name, rows in known.items():
+            self._known[by_name[name]].restore(rows)
+        self._synced = {by_name[n] for n in synced}
+        self.revision, self.cluster_id, self._stale = revision, cluster, stale
 
     # -- deciding how to (re)start --------------------------------------------------------
 

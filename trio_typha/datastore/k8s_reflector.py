@@ -17,7 +17,7 @@ from .events import DatastoreEvent, KindSynced, ResourceEvent
 from .k8s_errors import MalformedResponse, StatusInfo
 from .k8s_profile_watch import ProfileStamps, is_profile_source
 from .k8s_stream import WatchEvent
-from .known import KnownObjects
+from .known import KnownObjects, StateError
 
 _Obj = TypeVar("_Obj", bound=Mapping[str, Any])
 
@@ -46,6 +46,28 @@ class KindReflector:
         #: "" (a consistent read) instead of "0" for Calico's profile sources
         self.list_rv = self._fresh_list_rv
         self.synced = False
+
+    def export(self) -> dict[str, Any]:
+        """Where this kind's list-watch stands, as data (a warm start's, see
+        :mod:`trio_typha.warm`): what was sent, where to resume, whether it synced.  The
+        profile stamps are not in it: every watch starts them afresh."""
+        return {"resume_rv": self.resume_rv, "list_rv": self.list_rv, "synced": self.synced,
+                "known": self.known.export()}
+
+    def restore(self, state: object) -> None:
+        """Take over a sibling's :meth:`export` of the same kind: the next step is then a
+        watch from its resume point (a list only where it had none)."""
+        if not isinstance(state, dict):
+            raise StateError(f"watch state of {self.kind}: not an object")
+        resume, list_rv, synced = (state.get("resume_rv"), state.get("list_rv"),
+                                   state.get("synced"))
+        if (not isinstance(resume, str | None) or not isinstance(list_rv, str)
+                or not isinstance(synced, bool)):
+            raise StateError(f"watch state of {self.kind}: bad resume_rv, list_rv or synced")
+        self.known.restore(state.get("known"))
+        self.resume_rv = resume or None
+        self.list_rv = list_rv
+        self.synced = synced
 
     def listed(self, items: Iterable[Mapping[str, Any]], list_rv: str) -> list[DatastoreEvent]:
         """A complete list arrived: the differences from what was sent, then KindSynced once."""

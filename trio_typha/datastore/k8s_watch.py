@@ -84,13 +84,19 @@ class KindWatcher:
                  send: trio.MemorySendChannel[DatastoreEvent], *,
                  tuning: WatchTuning, random: Callable[[], float],
                  check: StallCheck | None = None, stream: str = "",
-                 profile: ProfileStamps | None = None) -> None:
+                 profile: ProfileStamps | None = None,
+                 reflector: KindReflector | None = None) -> None:
+        """``reflector``: one restored from a sibling (:meth:`KindReflector.restore`) to
+        resume from; its profile stamps become ``profile``."""
         self.api = api
         self.kind = kind
         self.stream = stream or kind.plural
         self.check = check or StallCheck(tuning.stall_deadline, trio.current_time())
         self.tuning = tuning
         self.reflector = KindReflector(kind, profile=profile)
+        if reflector is not None:
+            reflector.profile = self.reflector.profile
+            self.reflector = reflector
         self._send = send
         self._random = random
         self._backoff = Backoff(initial=tuning.backoff_initial, maximum=tuning.backoff_max,

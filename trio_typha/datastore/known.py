@@ -18,6 +18,10 @@ from .events import ResourceEvent
 ObjectKey = tuple[str, str]  # (namespace, name)
 
 
+class StateError(ValueError):
+    """Exported watch state that cannot be restored (malformed, or of other kinds)."""
+
+
 class KnownObjects:
     """Revisions of the objects of one kind that were sent downstream (pure)."""
 
@@ -30,6 +34,22 @@ class KnownObjects:
 
     def __contains__(self, key: ObjectKey) -> bool:
         return key in self._revisions
+
+    def export(self) -> list[list[str]]:
+        """What was sent, as ``[namespace, name, revision]`` rows (for a warm start)."""
+        return [[ns, name, rev] for (ns, name), rev in self._revisions.items()]
+
+    def restore(self, rows: object) -> None:
+        """Take over :meth:`export`'s rows (a sibling's): as if they had been sent here."""
+        if not isinstance(rows, list):
+            raise StateError(f"known objects of {self.kind}: not a list")
+        revisions: dict[ObjectKey, str] = {}
+        for row in rows:
+            if (not isinstance(row, list) or len(row) != 3
+                    or not all(isinstance(x, str) for x in row)):
+                raise StateError(f"known objects of {self.kind}: bad row {row!r:.80}")
+            revisions[(row[0], row[1])] = row[2]
+        self._revisions = revisions
 
     def revision(self, namespace: str, name: str) -> str | None:
         """The revision an object was last sent at; None if it was not sent."""

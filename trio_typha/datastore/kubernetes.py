@@ -20,6 +20,7 @@ import logging
 import random as _random
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -30,7 +31,9 @@ from .k8s_api import KubeApi, served_groups_blocking
 from .k8s_config import KubeClientConfig, load_kube_client_config
 from .k8s_errors import K8sError
 from .k8s_profile_watch import ProfileStamps
+from .k8s_reflector import KindReflector
 from .k8s_watch import KindWatcher, WatchTuning
+from .known import StateError
 from .stall import WatchBoard
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,10 @@ class KubernetesDatastore(Datastore):
         self._watches = WatchBoard(trio.current_time)
         #: Calico's profile-watcher state of each running :meth:`watch`, by its ``name``
         self.profile_stamps: dict[str, ProfileStamps] = {}
+        #: each running watch's loops, by its ``name`` (for :meth:`export_watch`)
+        self._watchers: dict[str, list[KindWatcher]] = {}
+        #: reflectors restored from a sibling, taken by the next watch of that ``name``
+        self._restored: dict[str, dict[ResourceKind, KindReflector]] = {}
 
     @property
     def calico_group(self) -> str:
@@ -138,14 +145,36 @@ class KubernetesDatastore(Datastore):
         """Close the HTTP connections (watches must have been cancelled)."""
         await self.api.aclose()
 
+    def export_watch(self, name: str) -> dict[str, Any] | None:
+        watchers = self._watchers.get(name)
+        if watchers is None:
+            return None
+        return {"kinds": {str(w.kind): w.reflector.export() for w in watchers}}
+
+    def restore_watch(self, name: str, kinds: Sequence[ResourceKind], state: object) -> None:
+        by_name = {str(k): k for k in kinds}
+        held = state.get("kinds") if isinstance(state, dict) else None
+        if not isinstance(held, dict) or set(held) != set(by_name):
+            raise StateError(f"watch state of kinds "
+                             f"{sorted(held) if isinstance(held, dict) else held!r:.200}, "
+                             f"not {sorted(by_name)}")
+        reflectors = {}
+        for key, kind_state in held.items():
+            reflector = KindReflector(by_name[key])
+            reflector.restore(kind_state)
+            reflectors[reflector.kind] = reflector
+        self._restored[name] = reflectors
+
     async def watch(self, kinds: Sequence[ResourceKind],
                     send: trio.MemorySendChannel[DatastoreEvent], *, name: str = "",
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """One list-watch loop per kind, named ``<name>/<plural>`` in :attr:`watches`;
         started once every loop has started.  The Namespace and ServiceAccount loops share
         the state of Calico's profile watcher (:mod:`.k8s_profile_watch`)."""
-        watchers = []
+        watchers: list[KindWatcher] = []
         profile = self.profile_stamps[name] = ProfileStamps()
+        restored = self._restored.pop(name, {})
+        self._watchers[name] = watchers
         try:
             async with trio.open_nursery() as nursery:
                 for kind in kinds:
@@ -153,7 +182,7 @@ class KubernetesDatastore(Datastore):
                     watcher = KindWatcher(
                         self.api, kind, send, tuning=self.tuning, random=self._random,
                         check=self.watches.add(stream, self.tuning.stall_deadline),
-                        stream=stream, profile=profile)
+                        stream=stream, profile=profile, reflector=restored.get(kind))
                     watchers.append(watcher)
                     await nursery.start(watcher.run)
                 task_status.started()
@@ -162,6 +191,8 @@ class KubernetesDatastore(Datastore):
                 self.watches.remove(watcher.stream, watcher.check)
             if self.profile_stamps.get(name) is profile:
                 del self.profile_stamps[name]
+            if self._watchers.get(name) is watchers:
+                del self._watchers[name]
 
 
 @asynccontextmanager

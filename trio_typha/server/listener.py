@@ -40,16 +40,18 @@ Session = Callable[..., Awaitable[None]]  # (stream, ctx, *, prefix, conn) -> No
 
 
 class Protocols:
-    """Which session handles which protocol (either may be disabled by config)."""
+    """Which session handles which protocol (either may be disabled by config); ``warm``
+    serves siblings' warm starts (only a primary watching a datastore has one)."""
 
     def __init__(self, *, gob: Session | None, h2: Session | None,
-                 feed: Session | None = None) -> None:
+                 feed: Session | None = None, warm: Session | None = None) -> None:
         if gob is None and h2 is None:
             raise ValueError("at least one protocol must be enabled")
         self.gob = gob
         self.h2 = h2
         #: The cache feed for relay tiers (None: not served, the peer is closed, named).
         self.feed = feed
+        self.warm = warm
 
 
 async def sniff(stream: trio.abc.Stream, protocols: Protocols
@@ -67,7 +69,7 @@ async def sniff(stream: trio.abc.Stream, protocols: Protocols
         buf += data
         wire = classify(buf)
     session = {Wire.GOB: protocols.gob, Wire.H2: protocols.h2,
-               Wire.FEED: protocols.feed}.get(wire)
+               Wire.FEED: protocols.feed, Wire.WARM: protocols.warm}.get(wire)
     if session is None and wire in (Wire.GOB, Wire.H2):
         # The protocol is disabled: let the other one say it does not understand.
         session = protocols.gob or protocols.h2
@@ -116,16 +118,25 @@ class ConnectionHandler:
     ``failures``: a client speaking plaintext to the TLS port is told from its first bytes
     (peeked, so nothing is consumed) before the handshake, TLS to the plaintext port by
     :func:`sniff`.
+
+    A sibling's warm start (served when ``protocols.warm`` is set) must show the identity
+    ``peer_cn`` / ``peer_uri_san`` names (WarmStartPeerCN / WarmStartPeerURISAN): a
+    certificate that passes only the clients' rule is refused for it, and one that passes
+    only the peers' rule may start nothing else.  So with warm starts served the clients'
+    rule is applied once the protocol is known, not right after the handshake.
     """
 
     def __init__(self, ctx: ServerContext, protocols: Protocols, *,
                  tls: ServerTLS | ssl.SSLContext | None = None, client_cn: str = "",
-                 client_uri_san: str = "", failures: FailureLog | None = None) -> None:
+                 client_uri_san: str = "", failures: FailureLog | None = None,
+                 peer_cn: str = "", peer_uri_san: str = "") -> None:
         self.ctx = ctx
         self.protocols = protocols
         self.tls = tls
         self.client_cn = client_cn
         self.client_uri_san = client_uri_san
+        self.peer_cn = peer_cn
+        self.peer_uri_san = peer_uri_san
         self.failures = failures or FailureLog()
 
     async def __call__(self, sock: trio.SocketStream, conn: Connection) -> None:
@@ -149,6 +160,8 @@ class ConnectionHandler:
                         return
                     stream = tls
                 wire, session, prefix = await sniff(stream, self.protocols)
+                if isinstance(stream, TLSStream) and not self._identity_fits(stream, wire, conn):
+                    return
             if scope.cancelled_caught:
                 log.info("Handshake timeout from %s; closing", peer)
                 return
@@ -208,10 +221,25 @@ class ConnectionHandler:
         cert = tls.getpeercert()
         conn.tls_identity = peer_identity(cert)
         reason = check_peer_identity(cert, self.client_cn, self.client_uri_san)
-        if reason:
+        if reason and self.protocols.warm is None:
             self.failures.record(conn.peer, IDENTITY_MISMATCH, reason)
             return None
         return tls
+
+    def _identity_fits(self, tls: TLSStream, wire: Wire | None, conn: Connection) -> bool:
+        """Whether the certificate may speak ``wire`` (the sniffed protocol): the peers'
+        identity rule for a warm start, the clients' for the rest (reported if not)."""
+        cert = tls.getpeercert()
+        if wire is Wire.WARM:
+            reason = check_peer_identity(cert, self.peer_cn, self.peer_uri_san)
+            if reason:
+                reason = f"warm-start peer refused: {reason}"
+        else:
+            reason = check_peer_identity(cert, self.client_cn, self.client_uri_san)
+        if reason:
+            self.failures.record(conn.peer, IDENTITY_MISMATCH, reason)
+            return False
+        return True
 
 
 async def _peek(sock: trio.SocketStream) -> bytes:

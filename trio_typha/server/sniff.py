@@ -1,6 +1,7 @@
 """What a peer on port 5473 speaks, from its first bytes (pure).
 
-The port serves Typha's gob protocol and gRPC (HTTP/2 with prior knowledge).  Two other
+The port serves Typha's gob protocol and gRPC (HTTP/2 with prior knowledge), and to
+sibling replicas their warm start (:data:`WARM_MAGIC`, :mod:`trio_typha.warm`).  Two other
 things arrive there by mistake and deserve a clear answer at once rather than a decoder
 error or the handshake timeout: a TLS ClientHello (a client configured for TLS talking to a
 plaintext server) and an HTTP/1.x request (a person with curl, a probe, a proxy).
@@ -27,12 +28,18 @@ class Wire(enum.Enum):
     TLS = "tls"
     HTTP1 = "http/1.x"
     FEED = "feed"  # a relay tier following this trio-typha's caches (upstream/wire.py)
+    WARM = "warm-start"
+
+
+#: What a sibling starting warm sends first (its second byte is no gob stream's ``FF``).
+WARM_MAGIC = b"TTWARM01"
 
 
 _PREFIXES: tuple[tuple[bytes, Wire], ...] = (
     (b"PRI", Wire.H2),
     (b"\x16\x03", Wire.TLS),
     (FEED_PREAMBLE, Wire.FEED),
+    (WARM_MAGIC, Wire.WARM),
     *((m + b" ", Wire.HTTP1) for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE",
                                        b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")),
 )
@@ -55,6 +62,8 @@ def classify(data: bytes) -> Wire | None:
 
 def rejection_reason(wire: Wire, *, tls_configured: bool) -> str:
     """The log line's reason for closing a peer that speaks ``wire``."""
+    if wire is Wire.WARM:
+        return "a sibling's warm-start request; this process serves no warm start"
     if wire is Wire.TLS:
         return ("TLS ClientHello on a plaintext connection" + (
             "" if tls_configured else " (this server has no TLS configured)"))

@@ -24,6 +24,7 @@ import trio
 
 from ..cache.feed import CacheFeed
 from ..datastore.base import Connection, Datastore, DatastoreEvent, KindSynced, ResourceEvent
+from ..datastore.known import StateError
 from ..logs import fields
 from ..model.kinds import ResourceKind
 from ..model.kv import SerializedUpdate, SyncStatus
@@ -31,6 +32,7 @@ from ..model.syncers import SyncerDefinition
 from ..observe.health import BEAT_INTERVAL, Heartbeat
 from ..observe.metrics import Metrics
 from .gcpause import GCPause, GCPauses
+from .handover import SyncerState
 from .tracker import SourceTracker
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,47 @@ class SyncerPipeline:
         # When each event still in the decoupler (or being sent into it) was handed over.
         self._stamps: deque[float] = deque()
         feed.pending_since = lambda: self._stamps[0] if self._stamps else None
+        #: set (and replaced) each time the pipeline has applied every event handed over
+        self._drained = trio.Event()
+        #: where the cache's state came from: "" (the datastore) or a sibling's address
+        self.restored_from = ""
+
+    # -- a warm start (:mod:`trio_typha.warm`) ----------------------------------------------
+
+    def export(self) -> SyncerState:
+        """Everything a sibling needs to carry on from here, captured at once: the cache's
+        KV set, the tracker's derived keys and the datastore watch's resume state.
+
+        Only exact while no event is pending (handed over by the datastore but not yet
+        applied: the watch state is already past it, the cache not yet): wait with
+        :meth:`wait_drained` first and call this without a checkpoint in between."""
+        if self._stamps:
+            raise RuntimeError(f"syncer {self.syncer_type}: {len(self._stamps)} events pending")
+        watch = self.datastore.export_watch(self.syncer_type)
+        if watch is None:
+            raise StateError(f"syncer {self.syncer_type}: the {self.datastore.name} "
+                             f"datastore's watch cannot be exported")
+        return SyncerState(self.syncer_type, self.feed.status, self.feed.latest.snapshot(),
+                           self.tracker.export(), watch)
+
+    async def wait_drained(self) -> None:
+        """Return once no datastore event is pending (at once when none is)."""
+        while self._stamps:
+            await self._drained.wait()
+
+    def restore(self, state: SyncerState, source: str) -> None:
+        """Before :meth:`run`: start from a sibling's :meth:`export` (from ``source``) in
+        place of a first list; :class:`StateError` (nothing changed) if it does not fit."""
+        if state.syncer_type != self.syncer_type or state.status is not SyncStatus.IN_SYNC:
+            raise StateError(f"state of {state.syncer_type} in {state.status.name}, wanted "
+                             f"{self.syncer_type} in sync")
+        tracker = SourceTracker(self.definition)
+        tracker.restore(state.tracker)
+        self.datastore.restore_watch(self.syncer_type, self.definition.kinds, state.watch)
+        self.tracker = tracker
+        self.feed.append(state.updates, SyncStatus.IN_SYNC)
+        self.pending_kinds.clear()
+        self.restored_from = source
 
     def _release_gc(self) -> None:
         if self._gc_pause is not None:
@@ -178,6 +221,9 @@ class SyncerPipeline:
                 stamp = self._stamps.popleft()
                 origin = stamp if origin is None else min(origin, stamp)
             self.handle(batch, origin)
+            if not self._stamps:
+                self._drained.set()
+                self._drained = trio.Event()
 
     async def _watch_staleness(self, *,
                                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

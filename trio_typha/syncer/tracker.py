@@ -12,8 +12,10 @@ from __future__ import annotations
 __sans_io__ = True
 
 import logging
+from typing import Any
 
 from ..datastore.events import ResourceEvent
+from ..datastore.known import StateError
 from ..model.kinds import ResourceKind
 from ..model.kv import SerializedUpdate, UpdateType
 from ..model.syncers import ConvertedKV, SyncerDefinition
@@ -35,6 +37,32 @@ class SourceTracker:
 
     def __len__(self) -> int:
         return len(self._derived)
+
+    def export(self) -> list[list[Any]]:
+        """The derived keys of every source object, as ``[kind, namespace, name, keys]``
+        rows (``keys`` a string or a list, as held): for a warm start."""
+        return [[str(kind), ns, name, keys if isinstance(keys, str) else list(keys)]
+                for (kind, ns, name), keys in self._derived.items()]
+
+    def restore(self, rows: object) -> None:
+        """Take over a sibling's :meth:`export` (of the same syncer definition)."""
+        if not isinstance(rows, list):
+            raise StateError("tracker state: not a list")
+        kinds = {str(k): k for k in self.definition.kinds}
+        derived: dict[SourceKey, DerivedKeys] = {}
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 4:
+                raise StateError(f"tracker state: bad row {row!r:.80}")
+            kind, ns, name, keys = row
+            if kind not in kinds or not isinstance(ns, str) or not isinstance(name, str):
+                raise StateError(f"tracker state: bad source {row[:3]!r:.80}")
+            if isinstance(keys, list) and all(isinstance(k, str) for k in keys) and keys:
+                derived[(kinds[kind], ns, name)] = tuple(keys)
+            elif isinstance(keys, str):
+                derived[(kinds[kind], ns, name)] = keys
+            else:
+                raise StateError(f"tracker state: bad keys of {row[:3]!r:.80}")
+        self._derived = derived
 
     def static_updates(self) -> list[SerializedUpdate]:
         """Keys that exist whatever the datastore holds (the default-allow profile)."""
