@@ -177,10 +177,11 @@ class Daemon(ServingProcess[SyncerPipeline]):
                               metrics=self.metrics, gc_pauses=self.gc_pauses)
 
     async def start_first(self, nursery: trio.Nursery) -> None:
-        # The Kubernetes client's shared HTTP/2 connection, before the first request.
-        for api in {id(a): a for a in (self.datastore.kube_api, self._rebalance_api)
-                    if a is not None}.values():
-            await nursery.start(api.run)
+        # The datastore's shared connections (etcd's, the Kubernetes client's HTTP/2 one),
+        # and the rebalancing client's, before the first request.
+        await nursery.start(self.datastore.run)
+        if self._rebalance_api is not None and self._rebalance_api is not self.datastore.kube_api:
+            await nursery.start(self._rebalance_api.run)
 
     async def prepare(self) -> None:
         await self._check_datastore()

@@ -104,6 +104,7 @@ async def test_blocks_and_affinities_reach_felix_and_bgp(tmp_path: Path) -> None
         ds = EtcdDatastore(etcd.config, backoff_initial=0.05, backoff_max=0.5)
         feeds = {t: CacheFeed(t) for t in ("felix", "bgp")}
         async with trio.open_nursery() as nursery:
+            await nursery.start(ds.run)
             for syncer, feed in feeds.items():
                 pipeline = SyncerPipeline(syncer_definition(syncer, DatastoreMode.ETCD), ds,
                                           feed, validator=validation.ValidationFilter())

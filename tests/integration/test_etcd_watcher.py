@@ -98,6 +98,7 @@ async def start_watcher(nursery: trio.Nursery, config: EtcdConfig, **kw: Any) ->
     send, recv = trio.open_memory_channel[DatastoreEvent](100)
     rec = Recorder()
     nursery.start_soon(rec.consume, recv)
+    await nursery.start(ds.run)  # hosts the connection the watch shares
     await nursery.start(ds.watch, KINDS, send)
     return rec
 

@@ -12,13 +12,15 @@ import random
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trustme
 
 from testbed.apiserver import ApiServer, open_apiserver
-from tests.e2e.harness import HANG
+from tests.e2e.harness import HANG, daemon_config, running_daemon
 from trio_typha.datastore.base import DatastoreEvent, KindSynced, ResourceEvent
 from trio_typha.datastore.k8s_api import KubeApi
 from trio_typha.datastore.k8s_config import KubeClientConfig
@@ -33,12 +35,12 @@ FAST = WatchTuning(min_watch_interval=0.001, backoff_initial=0.01, backoff_max=0
 
 
 @asynccontextmanager
-async def tls_apiserver(*, http2: bool = True) -> AsyncIterator[ApiServer]:
+async def tls_apiserver(*, http2: bool = True, **options: Any) -> AsyncIterator[ApiServer]:
     ca = trustme.CA()
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(ctx)
     async with open_apiserver(ssl_context=ctx, ca_pem=ca.cert_pem.bytes(),
-                              http2=http2) as server:
+                              http2=http2, **options) as server:
         yield server
 
 
@@ -93,6 +95,32 @@ async def test_every_list_and_watch_shares_one_http2_connection(
         server.store.create(K.NAMESPACE, {"metadata": {"name": "later"}})
         await arrives(recv, "later")
         assert traffic.connections == 1
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls-alpn"])
+async def test_a_kdd_typha_opens_exactly_one_connection(tls: bool, tmp_path: Path) -> None:
+    """The whole daemon, built from its configuration as in production: API-group
+    discovery (no CALICO_API_GROUP), the datastore's initialisation, connection
+    rebalancing's reads, and every syncer's lists and watches share one HTTP/2 connection."""
+    options: dict[str, Any] = {"calico_groups": (K.CALICO_V3_GROUP,)}
+    opener = tls_apiserver(**options) if tls else open_apiserver(**options)
+    async with opener as server:
+        cfg = daemon_config(DatastoreType="kubernetes",
+                            Kubeconfig=str(server.kubeconfig_path(tmp_path)),
+                            ConnectionRebalancingMode="kubernetes",
+                            K8sServicePollIntervalSecs="3600")
+        async with running_daemon(cfg) as daemon:
+            with trio.fail_after(HANG):
+                await daemon.wait_in_sync()
+            # Discovered, not assumed: without an answer it would be the v1 CRDs' group.
+            assert daemon.datastore.calico_group == K.CALICO_V3_GROUP
+            assert daemon.rebalancer is not None
+            await daemon.rebalancer.poll_once()
+            traffic = server.traffic
+            assert traffic.connections == traffic.h2_connections == 1
+            assert traffic.watches >= len(daemon.pipelines)
+            print(f"one connection carried {traffic.requests} requests and "
+                  f"{traffic.watches} watch streams")
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])

@@ -411,7 +411,7 @@ async def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path) -> None
             nursery.cancel_scope.cancel()
 
 
-def test_from_config_discovers_before_the_loop_runs(tmp_path: Path) -> None:
+def test_from_config_discovers_when_run_starts(tmp_path: Path) -> None:
     # A separate API server process, found through the kubeconfig it writes, as in production.
     with subprocess.Popen(
         [sys.executable, "-m", "testbed.apiserver", "--calico-group", "v3",
@@ -422,11 +422,14 @@ def test_from_config_discovers_before_the_loop_runs(tmp_path: Path) -> None:
             kubeconfig = proc.stdout.readline().strip()
             assert kubeconfig == str(tmp_path / "kubeconfig")
             ds = KubernetesDatastore.from_config(Config(kubeconfig=kubeconfig), tuning=FAST)
-            assert ds.calico_group == K.CALICO_V3_GROUP
+            with pytest.raises(RuntimeError, match="discovered when KubernetesDatastore.run"):
+                ds.calico_group  # noqa: B018 - nothing asked yet
 
             async def watch_namespaces() -> list[tuple[Any, ...]]:
                 send, recv = trio.open_memory_channel[DatastoreEvent](100)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(ds.run)  # discovery, on the shared connection
+                    assert ds.calico_group == K.CALICO_V3_GROUP
                     await nursery.start(ds.watch, [K.NAMESPACE], send)
                     events = await take(recv, 5)
                     nursery.cancel_scope.cancel()
@@ -442,14 +445,18 @@ def test_from_config_discovers_before_the_loop_runs(tmp_path: Path) -> None:
 
 
 async def test_from_config_inside_trio() -> None:
-    # Configured: no discovery needed, fine inside trio.
+    # Configured: no discovery needed.
     ds = KubernetesDatastore.from_config(environment_config(
         {"K8S_API_ENDPOINT": "http://127.0.0.1:9", "CALICO_API_GROUP": "projectcalico.org/v3"}))
     assert ds.calico_group == K.CALICO_V3_GROUP
     await ds.aclose()
-    # Discovery would block the loop: refused with a clear error.
-    with pytest.raises(RuntimeError, match="set CALICO_API_GROUP"):
-        KubernetesDatastore.from_config(Config(k8s_api_endpoint="http://127.0.0.1:9"))
+    # Left to discovery, which fails (nothing listens): the v1 CRDs, as Calico assumes.
+    ds = KubernetesDatastore.from_config(Config(k8s_api_endpoint="http://127.0.0.1:9"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ds.run)
+        assert ds.calico_group == K.CALICO_CRD_GROUP
+        nursery.cancel_scope.cancel()
+    await ds.aclose()
 
 
 async def test_lists_are_served_from_the_watch_cache_whole_where_it_cannot_paginate() -> None:

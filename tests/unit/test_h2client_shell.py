@@ -12,6 +12,7 @@ import h2.connection
 import h2.events
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 import trustme
 
@@ -19,6 +20,7 @@ from trio_typha.h2client.shell import (
     H2ClientConnection,
     H2ConnectionError,
     Keepalive,
+    SharedConnection,
     connect_tcp,
 )
 
@@ -178,4 +180,56 @@ async def test_tls_server_without_h2_is_refused(ca: trustme.CA) -> None:
         with pytest.raises(H2ConnectionError, match="did not agree to HTTP/2") as info:
             await connect_tcp("127.0.0.1", port, ssl_context=_client_ctx(ca))
         assert info.value.refused
+        nursery.cancel_scope.cancel()
+
+
+async def test_alive_is_answered_by_a_peer_that_reads(autojump_clock) -> None:
+    """``alive``: a PING acked in time says the connection is fine (one quiet stream is
+    that stream's trouble); a peer gone silent leaves it unacked."""
+    for silent_after, expected in ((None, True), (1.0, False)):
+        client_end, server_end = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(echo_server, server_end,
+                                       stop_reading_after=silent_after))
+            conn = H2ClientConnection(client_end, authority="x")
+            await nursery.start(conn.run)
+            await trio.sleep(2.0)
+            assert await conn.alive(0.5) is expected
+            assert conn.pings_acked == (1 if expected else 0)
+            await conn.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_shared_connection_is_opened_once_and_reopened_after_it_ends() -> None:
+    opened: list[H2ClientConnection] = []
+
+    async def connect() -> H2ClientConnection:
+        client_end, server_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(echo_server, server_end)
+        await trio.lowlevel.checkpoint()  # the others ask meanwhile: they wait, not open
+        opened.append(H2ClientConnection(client_end, authority="x"))
+        return opened[-1]
+
+    ended: list[H2ClientConnection] = []
+    shared = SharedConnection(connect, on_end=ended.append)
+    with pytest.raises(RuntimeError, match="not running"):
+        await shared.get()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shared.run)
+        got: list[H2ClientConnection] = []
+
+        async def ask() -> None:
+            got.append(await shared.get())
+
+        async with trio.open_nursery() as askers:
+            for _ in range(5):
+                askers.start_soon(ask)
+        assert len(opened) == 1 and got == opened * 5
+        s = await got[0].open_stream(b"POST", b"/echo")
+        await s.send(b"x", end_stream=True)
+        assert await s.receive() == b"x"
+        await shared.aclose()  # ended: the next get opens a new one
+        await trio.testing.wait_all_tasks_blocked()
+        assert ended == opened[:1] and shared.conn is None
+        assert await shared.get() is opened[1] and shared.connections_opened == 2
         nursery.cancel_scope.cancel()

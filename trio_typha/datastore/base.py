@@ -58,6 +58,13 @@ class Datastore(Protocol):
         connection rebalancing reuse it)."""
         return None
 
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host what the pipelines share (the datastore's connections) until cancelled;
+        the process starts it before anything else asks the datastore.  Returns at once
+        when there is nothing to host or it runs already."""
+        task_status.started()
+
     async def probe(self) -> str | None:
         """Why the datastore cannot be reached at all, or None (the start-up check)."""
         return None

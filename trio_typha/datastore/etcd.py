@@ -1,8 +1,8 @@
 """The etcd v3 datastore (``TYPHA_DATASTORETYPE=etcdv3``), over etcd's native gRPC API.
 
-All pipelines share one HTTP/2 connection per etcd endpoint (:mod:`.etcd_client`); each
-pipeline's watch is a Watch stream on it, and its ranges and status calls are streams on it
-too.  For each pipeline, :meth:`EtcdDatastore.watch` runs one loop of *sessions* against one
+All pipelines share one HTTP/2 connection per etcd endpoint (:mod:`.etcd_client`, hosted
+by :meth:`EtcdDatastore.run`, so it outlives any one pipeline's session); each pipeline's
+watch is a Watch stream on it, and its ranges and status calls are streams on it too.  For each pipeline, :meth:`EtcdDatastore.watch` runs one loop of *sessions* against one
 endpoint at a time:
 
 1. ask Maintenance/Status who and where etcd is (cluster id, current revision);
@@ -14,8 +14,10 @@ endpoint at a time:
    (both times derived from the stall deadline, as clientv3's keepalive); and while the
    watch stream is quiet, a ``WatchProgressRequest`` on the stream itself, which etcd
    answers at once on a healthy stream (:mod:`.stall` decides: two unanswered in a row
-   mean the stream is stalled, and the connection is closed and the watch resumed on a
-   new one from its last revision).
+   mean the stream is stalled).  A stalled stream is reset (RST_STREAM CANCEL) and the
+   watch resumed from its last revision on a new stream of the same connection when the
+   connection still answers a PING, leaving the other pipelines' streams running; when it
+   answers none, the connection is closed and the watch resumes on a new one.
 
 One watch covers the whole key span of the pipeline's kinds rather than one per kind: a
 single stream gives one revision sequence to resume from after a reconnect, and events for
@@ -34,8 +36,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -73,6 +74,10 @@ class _Relist(Exception):
     """The watch's start revision was compacted away: list again, on the same connection."""
 
 
+class _Reconnect(Exception):
+    """The watch stalled and its connection answers no PING: resume on a new connection."""
+
+
 class EtcdDatastore(Datastore):
     """List-watches Calico v3 resources stored in etcd.
 
@@ -100,9 +105,12 @@ class EtcdDatastore(Datastore):
         self.stall_deadline = stall_deadline
         self._watches = WatchBoard(trio.current_time)
         self._rng = rng or random.Random()
-        #: the live connection to each endpoint, shared by every pipeline
-        self._clients: dict[str, EtcdClient] = {}
-        self._connecting: dict[str, trio.Event] = {}  # set once that connect is done
+        #: the client (one connection) of each endpoint, shared by every pipeline
+        self._clients = {endpoint: EtcdClient(config, endpoint,
+                                              request_timeout=request_timeout,
+                                              stall_deadline=stall_deadline)
+                         for endpoint in config.endpoints}
+        self._running = False
         #: each running watch's state, by its ``name`` (for :meth:`export_watch`)
         self._states: dict[str, EtcdSyncState] = {}
         #: states restored from a sibling, taken by the next watch of that ``name``
@@ -117,53 +125,38 @@ class EtcdDatastore(Datastore):
         """From the daemon's config (its ``etcd_*`` fields)."""
         return cls(EtcdConfig.from_config(cfg), **kwargs)
 
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host the connection to each endpoint (opened on first use, shared by every
+        pipeline) until cancelled; :meth:`probe` and :meth:`watch` need it running."""
+        if self._running:
+            task_status.started()
+            return
+        self._running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                for client in self._clients.values():
+                    await nursery.start(client.run)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._running = False
+
     async def probe(self) -> str | None:
         """Ask each endpoint for its status once; None if one answered, else why none did
         (the daemon's start-up check: an etcd unreachable at start is a clean exit)."""
         problems = []
-        for endpoint in self.config.endpoints:
+        for endpoint, client in self._clients.items():
             try:
-                async with self.connection(endpoint) as client:
-                    await client.status()
+                await client.status()
                 return None
             except EtcdError as exc:
                 problems.append(f"{endpoint}: {describe(exc)}")
         return "; ".join(problems)
 
     def client(self, endpoint: str) -> EtcdClient:
-        """A client for ``endpoint`` with this datastore's timeouts (not yet entered)."""
-        return EtcdClient(self.config, endpoint, request_timeout=self.request_timeout,
-                          stall_deadline=self.stall_deadline)
-
-    @asynccontextmanager
-    async def connection(self, endpoint: str) -> AsyncIterator[EtcdClient]:
-        """The live connection to ``endpoint``: the one another pipeline holds, else a new
-        one, held (its task run) by this block and shared with later callers until it ends
-        or the block does."""
-        while True:
-            shared = self._clients.get(endpoint)
-            if shared is not None and shared.usable:
-                yield shared
-                return
-            pending = self._connecting.get(endpoint)
-            if pending is None:
-                break
-            await pending.wait()  # another pipeline is connecting: share its connection
-        connected = self._connecting[endpoint] = trio.Event()
-        try:
-            async with self.client(endpoint) as client:
-                self._clients[endpoint] = client
-                del self._connecting[endpoint]
-                connected.set()
-                try:
-                    yield client
-                finally:
-                    if self._clients.get(endpoint) is client:
-                        del self._clients[endpoint]
-        finally:
-            if self._connecting.get(endpoint) is connected:  # the connect failed
-                del self._connecting[endpoint]
-                connected.set()
+        """The client of ``endpoint``, shared by every pipeline (hosted by :meth:`run`)."""
+        return self._clients[endpoint]
 
     def export_watch(self, name: str) -> dict[str, Any] | None:
         state = self._states.get(name)
@@ -220,9 +213,9 @@ class _Watcher:
         while True:
             endpoint = endpoints[self._endpoint_index % len(endpoints)]
             try:
-                async with self.ds.connection(endpoint) as client:
-                    await self._session(client)
-                continue  # a stalled stream closed its connection: resume at once
+                await self._session(self.ds.client(endpoint))
+            except _Reconnect:
+                continue  # the stalled connection is closed: resume at once on a new one
             except EtcdError as exc:
                 reason = f"etcd {endpoint}: {describe(exc)}"
                 log.warning("etcd watch session failed (watch %s silent for %.1fs): %s",
@@ -239,14 +232,15 @@ class _Watcher:
             await self.send.send(Connection(ok=ok, reason=reason))
 
     async def _session(self, client: EtcdClient) -> None:
-        """One connection's worth of work; returns only when a stall closed it."""
+        """One connection's worth of work: raises when it fails, :class:`_Reconnect` when
+        a stall closed it.  A stalled stream on a live connection is resumed on a new
+        stream, the other pipelines' streams on the connection untouched."""
         status = await client.status()
         if self.state.needs_relist(status.header):
             await self._relist(client)
         while True:
             try:
                 await self._follow(client)
-                return
             except _Relist:
                 await self._relist(client)
 
@@ -292,8 +286,9 @@ class _Watcher:
         return pinned
 
     async def _follow(self, client: EtcdClient) -> None:
-        """Stream the watch with the stall check beside it; returns after a stall (having
-        closed the connection), raises :class:`_Relist` on compaction."""
+        """Stream the watch with the stall check beside it; returns after a stall of the
+        stream alone (the stream reset, RST_STREAM CANCEL), raises :class:`_Reconnect`
+        after a stall of the connection (closed) and :class:`_Relist` on compaction."""
         stalled: list[WatchStalled] = []
         failure: EtcdError | _Relist | None = None
         async with client.watch() as watch, trio.open_nursery() as nursery:
@@ -306,10 +301,23 @@ class _Watcher:
         if failure is not None:
             raise failure
         if stalled:
-            log.warning("etcd watch %s stalled: nothing delivered for %.1fs and no answer to "
-                        "a progress request; resuming the watch on a new connection",
-                        self.stream, stalled[0].silent_for)
+            await self._stalled(client, stalled[0])
+
+    async def _stalled(self, client: EtcdClient, stalled: WatchStalled) -> None:
+        """The stream is reset (leaving :meth:`_follow`'s ``watch`` block); whether the
+        connection goes too is the PING's to say: answered, every other stream on it is
+        fine and the watch resumes on a new stream from its last revision; unanswered, the
+        connection is dead for every pipeline and is closed."""
+        conn = client.conn
+        alive = conn is not None and await conn.alive(probe_window(self.ds.stall_deadline))
+        log.warning("etcd watch %s stalled: nothing delivered for %.1fs and no answer to a "
+                    "progress request; %s", self.stream, stalled.silent_for,
+                    f"the connection answers PINGs: resuming from revision "
+                    f"{self.state.revision + 1} on a new stream" if alive else
+                    "its connection answers no PING either: resuming on a new connection")
+        if not alive:
             await client.aclose()
+            raise _Reconnect
 
     async def _stall_check(self, watch: WatchStream, stalled: list[WatchStalled],
                            scope: trio.CancelScope, *,

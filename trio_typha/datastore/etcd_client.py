@@ -2,7 +2,10 @@
 client (:mod:`trio_typha.h2client`): one connection, every call and watch a stream on it.
 
 ``async with EtcdClient(config, endpoint) as client`` connects (TCP, or TLS with ALPN h2 and
-the configured client certificate) and runs the connection's task until the block ends.
+the configured client certificate) and runs the connection's task until the block ends;
+a client shared by many tasks (:class:`~.etcd.EtcdDatastore`'s pipelines) instead has its
+:meth:`EtcdClient.run` started once, and connects on the first call and again after the
+connection ends (:class:`~trio_typha.h2client.shell.SharedConnection`).
 Unary calls (:meth:`EtcdClient.status`, :meth:`~EtcdClient.range`, ...) carry the messages
 :mod:`.etcd_rpc` builds and decodes; :meth:`EtcdClient.watch` opens a Watch stream.  With a
 ``stall_deadline`` the connection sends HTTP/2 PINGs when it has been read-idle and is
@@ -23,7 +26,13 @@ from urllib.parse import urlsplit
 import trio
 
 from ..grpcwire.framing import FramingError, MessageDecoder
-from ..h2client.shell import H2ClientConnection, H2Stream, Keepalive, connect_tcp
+from ..h2client.shell import (
+    H2ClientConnection,
+    H2Stream,
+    Keepalive,
+    SharedConnection,
+    connect_tcp,
+)
 from . import etcd_pb2 as pb
 from . import etcd_rpc as rpc
 from . import http_edge
@@ -66,12 +75,18 @@ class EtcdClient:
         self.scheme = url.scheme
         self.host = url.hostname
         self.port = url.port or 2379
-        self.conn: H2ClientConnection | None = None
+        #: the one connection to the endpoint, shared by every call and watch
+        self.link = SharedConnection(self._connect)
         self._stack = AsyncExitStack()
 
     @property
     def usable(self) -> bool:
-        return self.conn is not None and self.conn.usable
+        return self.link.usable
+
+    @property
+    def conn(self) -> H2ClientConnection | None:
+        """The current connection (None before the first call, or once it has ended)."""
+        return self.link.conn
 
     async def __aenter__(self) -> EtcdClient:
         await self._stack.__aenter__()
@@ -88,47 +103,58 @@ class EtcdClient:
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
+        """Host the connection for the block, connected at its start (so an endpoint that
+        cannot be reached fails the ``async with`` itself)."""
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.run)
+            try:
+                await self._connection()
+                yield
+            except Exception as exc:
+                failure = exc  # raised outside the nursery, not in an exception group
+            finally:
+                await self.aclose()
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host the connection (whoever shares this client: :class:`~.etcd.EtcdDatastore`
+        starts it once for all its pipelines) until cancelled; calls connect on demand and
+        reconnect once the connection has ended."""
+        await self.link.run(task_status=task_status)
+
+    async def _connect(self) -> H2ClientConnection:
         ctx: ssl.SSLContext | None = None
         if self.scheme == "https":
             try:
                 ctx = self.config.ssl_context()  # the TLS files are read here
             except (OSError, ssl.SSLError) as exc:
                 raise EtcdTransportError(f"TLS files: {exc}") from exc
-        with trio.move_on_after(self.request_timeout) as scope, translated():
-            stream = await connect_tcp(self.host, self.port, ssl_context=ctx)
-        if scope.cancelled_caught:
-            raise EtcdTimeout(f"connect to {self.host}:{self.port} took over "
-                              f"{self.request_timeout:g} s")
-        self.conn = H2ClientConnection(stream, authority=f"{self.host}:{self.port}",
-                                       scheme=self.scheme, keepalive=self.keepalive)
-        failure: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.conn.run)
-            try:
-                yield
-            except Exception as exc:
-                failure = exc  # raised outside the nursery, not in an exception group
-            finally:
-                await self.conn.aclose()
-        if failure is not None:
-            raise failure
+        stream = await connect_tcp(self.host, self.port, ssl_context=ctx)
+        return H2ClientConnection(stream, authority=f"{self.host}:{self.port}",
+                                  scheme=self.scheme, keepalive=self.keepalive)
 
     async def aclose(self) -> None:
-        """Close the connection (its task then ends; the ``async with`` block may go on)."""
-        if self.conn is not None:
-            await self.conn.aclose()
+        """Close the connection; the next call opens a new one (while :meth:`run` runs)."""
+        await self.link.aclose()
 
-    def _connection(self) -> H2ClientConnection:
-        if self.conn is None:
-            raise RuntimeError("EtcdClient used outside its async with block")
-        return self.conn
+    async def _connection(self) -> H2ClientConnection:
+        """The shared connection, opened now (bounded by ``request_timeout``) if need be."""
+        with trio.move_on_after(self.request_timeout) as scope, translated():
+            return await self.link.get()
+        assert scope.cancelled_caught
+        raise EtcdTimeout(f"connect to {self.host}:{self.port} took over "
+                          f"{self.request_timeout:g} s")
 
     # --- calls --------------------------------------------------------------------------
 
     async def call(self, path: bytes, request: bytes) -> bytes:
         """One unary call: the reply message's bytes; a non-OK status raises
         :class:`~.etcd_errors.EtcdServerError` with etcd's message."""
-        conn = self._connection()
+        conn = await self._connection()
         with trio.move_on_after(self.request_timeout) as scope, translated():
             stream = await conn.open_stream(b"POST", path, rpc.request_headers())
             try:
@@ -164,7 +190,7 @@ class EtcdClient:
     @asynccontextmanager
     async def watch(self) -> AsyncIterator[WatchStream]:
         """A Watch stream on this connection (cancelled when the block ends)."""
-        conn = self._connection()
+        conn = await self._connection()
         with translated():
             stream = await conn.open_stream(b"POST", rpc.WATCH_PATH, rpc.request_headers())
         try:

@@ -72,18 +72,6 @@ def client_options(config: KubeClientConfig) -> dict[str, Any]:
             "headers": {"Accept": "application/json", "User-Agent": USER_AGENT}}
 
 
-def served_groups_blocking(config: KubeClientConfig, *, timeout: float = 10.0) -> set[str]:
-    """``GET /apis`` with a blocking client: startup discovery before the trio loop runs
-    (Calico discovers its API group the same way, while building its client)."""
-    headers = {"Authorization": config.authorization} if config.authorization else {}
-    extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
-    with translated(ERRORS), httpx.Client(**client_options(config), timeout=timeout) as client:
-        response = client.get("/apis", headers=headers, extensions=extensions)
-    if response.status_code != 200:
-        raise _status_error(response)
-    return group_names(json_object(response.content, "GET /apis"))
-
-
 def group_names(doc: Any) -> set[str]:
     """The group names in an ``APIGroupList``."""
     groups = doc.get("groups") if isinstance(doc, dict) else None

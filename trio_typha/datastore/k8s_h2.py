@@ -29,11 +29,20 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 import trio
 
-from ..h2client.shell import H2ClientConnection, H2ConnectionError, H2Stream, Keepalive
+from ..h2client.shell import (
+    H2ClientConnection,
+    H2ConnectionError,
+    H2Stream,
+    Keepalive,
+    NotHttp2,
+    SharedConnection,
+    connect_tcp,
+)
 from .k8s_errors import K8sTimeout, K8sTransportError
 
 log = logging.getLogger(__name__)
@@ -71,73 +80,57 @@ class H2Link:
         self.connect_timeout = connect_timeout
         #: the server does not speak HTTP/2: the caller uses HTTP/1.1 from now on
         self.http1 = False
-        self.conn: H2ClientConnection | None = None
-        self.connections_opened = 0
+        self.shared = SharedConnection(self._connect, on_end=self._report_end)
         self._answered = False  # some response came over HTTP/2 (h2c is understood)
-        self._nursery: trio.Nursery | None = None
-        self._connecting: trio.Event | None = None
 
     @property
     def running(self) -> bool:
-        return self._nursery is not None and not self.http1
+        return self.shared.running and not self.http1
+
+    @property
+    def conn(self) -> H2ClientConnection | None:
+        return self.shared.conn
+
+    @property
+    def connections_opened(self) -> int:
+        return self.shared.connections_opened
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Host the connection task until cancelled (then the connection closes)."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started()
-                await trio.sleep_forever()
-        finally:
-            self._nursery = None
-            self.conn = None
+        await self.shared.run(task_status=task_status)
 
     async def connection(self) -> H2ClientConnection:
         """The usable connection, opened now if there is none (one opener at a time)."""
-        while True:
-            conn = self.conn
-            if conn is not None and conn.usable:
-                return conn
-            if self.http1:
-                raise FallBack
-            if self._connecting is None:
-                break
-            await self._connecting.wait()
-        self._connecting = done = trio.Event()
+        if self.http1:
+            raise FallBack
         try:
             with trio.fail_after(self.connect_timeout):
-                return await self._connect()
+                return await self.shared.get()
         except trio.TooSlowError:
             raise K8sTimeout(f"ConnectTimeout: HTTP/2 connection to {self.authority}") from None
-        finally:
-            self._connecting = None
-            done.set()
 
     async def _connect(self) -> H2ClientConnection:
-        nursery = self._nursery
-        if nursery is None:
-            raise RuntimeError("H2Link.run is not running")
+        if self.http1:  # found out by the opener this one waited for
+            raise FallBack
         try:
-            stream: trio.abc.Stream = await trio.open_tcp_stream(self.host, self.port)
-        except OSError as exc:
-            raise K8sTransportError(f"ConnectError: {exc}") from exc
-        if self._ssl_context is not None:
-            stream = await self._handshake(stream)
-        conn = H2ClientConnection(stream, authority=self.authority,
+            # Over TLS offer both, as client-go does; the server's choice decides.
+            stream = await connect_tcp(self.host, self.port, ssl_context=self._ssl_context,
+                                       server_hostname=self._server_hostname,
+                                       alpn=("h2", "http/1.1"))
+        except NotHttp2 as exc:
+            self._fall_back(f"TLS ALPN chose {exc.chosen or 'nothing'}")
+        except H2ConnectionError as exc:
+            # The kind of failure as httpx names it, the OSError (or TLS error) as cause.
+            raise K8sTransportError(f"ConnectError: {exc}") from exc.__cause__
+        log.debug("HTTP/2 connection %d to %s", self.connections_opened + 1, self.authority)
+        return H2ClientConnection(stream, authority=self.authority,
                                   scheme="https" if self.tls else "http",
                                   keepalive=self.keepalive)
-        await nursery.start(conn.run)
-        nursery.start_soon(self._report_end, conn)
-        self.conn = conn
-        self.connections_opened += 1
-        log.debug("HTTP/2 connection %d to %s", self.connections_opened, self.authority)
-        return conn
 
-    async def _report_end(self, conn: H2ClientConnection) -> None:
+    def _report_end(self, conn: H2ClientConnection) -> None:
         """One line when a connection ends: a WARNING when its PINGs went unanswered (the
         path or the server went silent; every watch on it then resumes on a new one)."""
-        await conn.ended.wait()
         if conn.core.pings_sent and "PING" in conn.end_reason:
             log.warning("HTTP/2 connection to %s broke, silent past its PING deadline (%s); "
                         "its watches resume on a new connection", self.authority,
@@ -146,29 +139,7 @@ class H2Link:
             log.info("HTTP/2 connection to %s ended: %s", self.authority,
                      conn.end_reason or "closed")
 
-    async def _handshake(self, sock: trio.abc.Stream) -> trio.abc.Stream:
-        assert self._ssl_context is not None
-        # Offer both, as client-go does; the server's choice decides.
-        self._ssl_context.set_alpn_protocols(["h2", "http/1.1"])
-        tls = trio.SSLStream(sock, self._ssl_context,
-                             server_hostname=self._server_hostname or self.host,
-                             https_compatible=True)
-        try:
-            await tls.do_handshake()
-        except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-            await trio.aclose_forcefully(tls)
-            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
-            raise K8sTransportError(f"ConnectError: TLS to {self.authority}: "
-                                    f"{cause or exc}") from exc
-        except BaseException:
-            await trio.aclose_forcefully(tls)
-            raise
-        if tls.selected_alpn_protocol() != "h2":
-            await trio.aclose_forcefully(tls)
-            self._fall_back(f"TLS ALPN chose {tls.selected_alpn_protocol() or 'nothing'}")
-        return tls
-
-    def _fall_back(self, why: str) -> None:
+    def _fall_back(self, why: str) -> NoReturn:
         log.info("Kubernetes API server %s does not speak HTTP/2 (%s); using HTTP/1.1",
                  self.authority, why)
         self.http1 = True

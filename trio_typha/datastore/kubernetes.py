@@ -1,10 +1,12 @@
 """The Kubernetes API datastore (KDD, ``TYPHA_DATASTORETYPE=kubernetes``).
 
-Open it with :func:`open_kubernetes_datastore` (or, before the trio loop runs,
-:meth:`KubernetesDatastore.from_config`); either settles which API group backs Calico's
-resources (:attr:`KubernetesDatastore.calico_group`, to be passed to the model layer when
-asking for the kinds to watch), then :meth:`KubernetesDatastore.watch` runs one list-watch
-loop (:class:`~trio_typha.datastore.k8s_watch.KindWatcher`) per kind.
+Open it with :func:`open_kubernetes_datastore`, or build it with
+:meth:`KubernetesDatastore.from_config` and start :meth:`KubernetesDatastore.run` (the
+daemon does, first thing); either settles which API group backs Calico's resources
+(:attr:`KubernetesDatastore.calico_group`, to be passed to the model layer when asking for
+the kinds to watch), asking the server over the one HTTP/2 connection every later request
+shares, then :meth:`KubernetesDatastore.watch` runs one list-watch loop
+(:class:`~trio_typha.datastore.k8s_watch.KindWatcher`) per kind.
 
 The group follows Calico v3.32's ``UsingV3CRDs`` (``libcalico-go/lib/backend/k8s/discovery.go``):
 ``CALICO_API_GROUP`` decides when set (``projectcalico.org/v3``, compared case-insensitively,
@@ -27,7 +29,7 @@ import trio
 from ..config import Config
 from ..model.kinds import CALICO_CRD_GROUP, CALICO_V3_GROUP, ResourceKind
 from .base import Datastore, DatastoreEvent
-from .k8s_api import KubeApi, served_groups_blocking
+from .k8s_api import KubeApi
 from .k8s_config import KubeClientConfig, load_kube_client_config
 from .k8s_errors import K8sError
 from .k8s_profile_watch import ProfileStamps
@@ -84,9 +86,10 @@ class KubernetesDatastore(Datastore):
 
     name = "kubernetes"
 
-    def __init__(self, api: KubeApi, *, calico_group: str,
+    def __init__(self, api: KubeApi, *, calico_group: str | None,
                  tuning: WatchTuning | None = None,
                  random: Callable[[], float] | None = None) -> None:
+        """``calico_group`` None: discovered from the API server when :meth:`run` starts."""
         self.api = api
         self._calico_group = calico_group
         self.tuning = tuning or WatchTuning()
@@ -101,6 +104,9 @@ class KubernetesDatastore(Datastore):
 
     @property
     def calico_group(self) -> str:
+        if self._calico_group is None:
+            raise RuntimeError("the Calico API group is discovered when "
+                               "KubernetesDatastore.run starts; it has not")
         return self._calico_group
 
     @property
@@ -111,31 +117,29 @@ class KubernetesDatastore(Datastore):
     @classmethod
     def from_config(cls, cfg: Config, *, tuning: WatchTuning | None = None,
                     random: Callable[[], float] | None = None) -> KubernetesDatastore:
-        """Build from Calico's client settings (:mod:`.k8s_config`) before ``trio.run``.
+        """From Calico's client settings (:mod:`.k8s_config`); no request is made here.
 
-        Without ``CALICO_API_GROUP`` the API group is discovered with one blocking request,
-        as Calico does while building its client; that must not stall a running trio loop,
-        so inside trio use :func:`open_kubernetes_datastore` instead.
+        Without ``CALICO_API_GROUP`` the API group is discovered (``GET /apis``) when
+        :meth:`run` starts, on the shared HTTP/2 connection every later request uses.
         """
         config = load_kube_client_config(cfg)
         log.info("Kubernetes API server %s (from %s)", config.server, config.source)
-        if config.calico_api_group:
-            group = _decided(config.calico_api_group, None)
-        else:
-            if trio.lowlevel.in_trio_run():
-                raise RuntimeError("KubernetesDatastore.from_config() would block the "
-                                   "trio loop for API-group discovery: set CALICO_API_GROUP "
-                                   "or use open_kubernetes_datastore()")
-            try:
-                served: set[str] | None = served_groups_blocking(config)
-            except K8sError as exc:
-                log.warning("Cannot discover the API groups (%s); using %s", exc,
-                            CALICO_CRD_GROUP)
-                served = None
-            group = _decided(None, served)
+        group = (_decided(config.calico_api_group, None) if config.calico_api_group
+                 else None)
         tuning = tuning or WatchTuning()
         return cls(KubeApi(config, stall_deadline=tuning.stall_deadline), calico_group=group,
                    tuning=tuning, random=random)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host the API client's shared HTTP/2 connection (:meth:`.KubeApi.run`) until
+        cancelled, and first settle the Calico API group if it was left to discovery:
+        started once it is, so the process asks for its syncers' kinds after."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.api.run)
+            if self._calico_group is None:
+                self._calico_group = await resolve_calico_group(self.api, None)
+            task_status.started()
 
     @property
     def kube_api(self) -> KubeApi:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -24,7 +24,7 @@ from . import core
 from .core import H2ClientCore, Headers, Keepalive
 
 __all__ = ["H2ClientConnection", "H2ConnectionError", "H2Stream", "H2StreamError",
-           "Keepalive", "connect_tcp"]
+           "Keepalive", "NotHttp2", "SharedConnection", "connect_tcp"]
 
 READ_SIZE = 1 << 16
 #: How long a closing connection waits for its last frames (GOAWAY) to be written.
@@ -44,32 +44,130 @@ class H2ConnectionError(H2StreamError):
     """The connection is gone (or could not be made); every stream on it failed."""
 
 
+class NotHttp2(H2ConnectionError):
+    """TLS ALPN chose another protocol than ``h2`` (:attr:`chosen`; None: none at all)."""
+
+    def __init__(self, message: str, chosen: str | None) -> None:
+        super().__init__(message, refused=True)
+        self.chosen = chosen
+
+
 async def connect_tcp(host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
-                      server_hostname: str | None = None) -> trio.abc.Stream:
-    """TCP to ``host:port``; with ``ssl_context``, TLS negotiating ``h2`` by ALPN (the
-    context's client certificate, if loaded, is offered). Without it the caller speaks
-    h2c with prior knowledge. Failures raise :class:`H2ConnectionError`."""
+                      server_hostname: str | None = None,
+                      alpn: Sequence[str] = ("h2",)) -> trio.abc.Stream:
+    """TCP to ``host:port``; with ``ssl_context``, TLS offering ``alpn`` (``h2`` first) and
+    the context's client certificate, if loaded. Without it the caller speaks h2c with
+    prior knowledge. Failures raise :class:`H2ConnectionError` (their cause the
+    ``OSError`` or TLS error); a server that agrees to anything but ``h2`` by ALPN raises
+    :class:`NotHttp2`, the connection closed, so a caller that offered ``http/1.1`` too
+    may use HTTP/1.1 instead."""
     try:
         sock: trio.abc.Stream = await trio.open_tcp_stream(host, port)
     except OSError as exc:
         raise H2ConnectionError(f"connect to {host}:{port}: {exc}", refused=True) from exc
     if ssl_context is None:
         return sock
-    ssl_context.set_alpn_protocols(["h2"])
+    ssl_context.set_alpn_protocols(list(alpn))
     tls = trio.SSLStream(sock, ssl_context, server_hostname=server_hostname or host,
                          https_compatible=True)
     try:
         await tls.do_handshake()
-        if tls.selected_alpn_protocol() != "h2":
-            raise H2ConnectionError(f"{host}:{port} did not agree to HTTP/2 by ALPN "
-                                    f"(chose {tls.selected_alpn_protocol()!r})", refused=True)
+        chosen = tls.selected_alpn_protocol()
+        if chosen != "h2":
+            raise NotHttp2(f"{host}:{port} did not agree to HTTP/2 by ALPN (chose "
+                           f"{chosen!r})", chosen)
     except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
         await trio.aclose_forcefully(tls)
-        raise H2ConnectionError(f"TLS to {host}:{port}: {exc}", refused=True) from exc
+        # trio wraps the TLS error (a bad certificate...) in BrokenResourceError: name it.
+        cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+        raise H2ConnectionError(f"TLS to {host}:{port}: {cause or exc}",
+                                refused=True) from exc
     except BaseException:
         await trio.aclose_forcefully(tls)
         raise
     return tls
+
+
+class SharedConnection:
+    """One HTTP/2 connection shared by every task that asks for it (:meth:`get`): reused
+    while it is usable, opened by ``connect`` when there is none or it has ended, one
+    opener at a time (the others wait and share its result).
+
+    :meth:`run` (started with ``nursery.start``) hosts the connection's task, so the
+    connection outlives whichever request opened it; cancelling it closes the connection.
+    ``on_end`` is told when each connection has ended (a log line, say).
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[H2ClientConnection]], *,
+                 on_end: Callable[[H2ClientConnection], None] | None = None) -> None:
+        self._connect = connect
+        self._on_end = on_end
+        self.conn: H2ClientConnection | None = None
+        self.connections_opened = 0
+        self._nursery: trio.Nursery | None = None
+        self._connecting: trio.Event | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._nursery is not None
+
+    @property
+    def usable(self) -> bool:
+        return self.conn is not None and self.conn.usable
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host the connection task until cancelled (then the connection closes)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self.conn = None
+
+    async def get(self) -> H2ClientConnection:
+        """The usable connection, opened now if there is none. Raises what ``connect``
+        raises (the caller bounds the time)."""
+        while True:
+            conn = self.conn
+            if conn is not None and conn.usable:
+                return conn
+            if self._connecting is None:
+                break
+            await self._connecting.wait()  # another task is connecting: share its result
+        nursery = self._nursery
+        if nursery is None:
+            raise RuntimeError("SharedConnection.run is not running")
+        self._connecting = done = trio.Event()
+        try:
+            conn = await self._connect()
+            await nursery.start(conn.run)
+            await nursery.start(self._ended, conn)
+            self.conn = conn
+            self.connections_opened += 1
+            return conn
+        finally:
+            self._connecting = None
+            done.set()
+
+    async def aclose(self) -> None:
+        """Close the connection (GOAWAY, then the socket) and wait until it is closed; the
+        next :meth:`get` opens a new one."""
+        conn = self.conn
+        if conn is not None:
+            await conn.aclose()
+            await conn.finished.wait()
+
+    async def _ended(self, conn: H2ClientConnection, *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await conn.ended.wait()
+        if self.conn is conn:
+            self.conn = None
+        if self._on_end is not None:
+            self._on_end(conn)
 
 
 class H2ClientConnection:
@@ -86,10 +184,12 @@ class H2ClientConnection:
         self._wake_writer = trio.Event()
         self._progress = trio.Event()  # set (and replaced) whenever senders may proceed
         self.ended = trio.Event()
+        self.finished = trio.Event()  # run() has returned: the socket is closed
         self._writer_done = trio.Event()
         self.end_reason = ""
         self.pings_acked = 0
         self.last_rtt: float | None = None
+        self._pinged = trio.Event()  # set (and replaced) at each PING ack and at the end
 
     @property
     def usable(self) -> bool:
@@ -112,6 +212,20 @@ class H2ClientConnection:
                 self._dispatch(self.core.close(reason="connection task ended"))
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self._stream)
+            self.finished.set()
+
+    async def alive(self, within: float) -> bool:
+        """Whether the peer still answers: a PING (unless one is outstanding already)
+        acknowledged within ``within`` seconds. One stream gone quiet on a live connection is that
+        stream's trouble; a connection whose PING goes unanswered is everyone's."""
+        if not self.usable:
+            return False
+        pinged = self._pinged
+        self.core.ping(trio.current_time())
+        self._kick()
+        with trio.move_on_after(within):
+            await pinged.wait()
+        return pinged.is_set() and self.usable
 
     async def aclose(self) -> None:
         """End the connection (GOAWAY, then the socket); every open stream fails."""
@@ -186,9 +300,12 @@ class H2ClientConnection:
             if isinstance(ev, core.PingAcked):
                 self.pings_acked += 1
                 self.last_rtt = ev.rtt
+                self._pinged.set()
+                self._pinged = trio.Event()
             elif isinstance(ev, core.ConnectionEnded):
                 self.end_reason = ev.reason
                 self.ended.set()
+                self._pinged.set()
                 self._kick()
             elif isinstance(ev, core.GoAwayReceived):
                 pass  # the resets (and ConnectionEnded) that follow say all
