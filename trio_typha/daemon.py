@@ -123,13 +123,8 @@ class Daemon(ServingProcess[SyncerPipeline]):
                 self._owns_rebalance_api = True
         #: where the caches' state came from (None: not decided yet)
         self.warm: WarmOutcome | None = None
+        #: made in :meth:`start_first`, once the datastore knows its Calico API group
         self.warm_server: WarmServer | None = None
-        # Under TLS a sibling is told by its own identity (WarmStartPeerCN / URISAN): with
-        # neither set, no warm start is served.
-        if self.datastore.name in WARM_DATASTORES and (
-                not cfg.tls_enabled or cfg.warm_start_peer_cn or cfg.warm_start_peer_uri_san):
-            self.warm_server = WarmServer(lambda: self.pipelines, self.fingerprint(),
-                                          write_timeout=self.settings.write_timeout)
 
     @property
     def source_name(self) -> str:
@@ -178,10 +173,18 @@ class Daemon(ServingProcess[SyncerPipeline]):
 
     async def start_first(self, nursery: trio.Nursery) -> None:
         # The datastore's shared connections (etcd's, the Kubernetes client's HTTP/2 one),
-        # and the rebalancing client's, before the first request.
+        # and the rebalancing client's, before the first request. Started once KDD's API
+        # group is discovered, which the warm-start fingerprint below names.
         await nursery.start(self.datastore.run)
         if self._rebalance_api is not None and self._rebalance_api is not self.datastore.kube_api:
             await nursery.start(self._rebalance_api.run)
+        cfg = self.config
+        # Under TLS a sibling is told by its own identity (WarmStartPeerCN / URISAN): with
+        # neither set, no warm start is served.
+        if self.datastore.name in WARM_DATASTORES and (
+                not cfg.tls_enabled or cfg.warm_start_peer_cn or cfg.warm_start_peer_uri_san):
+            self.warm_server = WarmServer(lambda: self.pipelines, self.fingerprint(),
+                                          write_timeout=self.settings.write_timeout)
 
     async def prepare(self) -> None:
         await self._check_datastore()
