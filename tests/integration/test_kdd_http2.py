@@ -124,6 +124,21 @@ async def test_a_kdd_typha_opens_exactly_one_connection(tls: bool, tmp_path: Pat
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+async def test_discovery_falls_back_to_http1_as_the_rest_does(tls: bool,
+                                                              tmp_path: Path) -> None:
+    options: dict[str, Any] = {"calico_groups": (K.CALICO_V3_GROUP,), "http2": False}
+    opener = tls_apiserver(**options) if tls else open_apiserver(**options)
+    async with opener as server:
+        cfg = daemon_config(DatastoreType="kubernetes",
+                            Kubeconfig=str(server.kubeconfig_path(tmp_path)))
+        async with running_daemon(cfg) as daemon:
+            with trio.fail_after(HANG):
+                await daemon.wait_in_sync()
+            assert daemon.datastore.calico_group == K.CALICO_V3_GROUP
+            assert server.traffic.h2_connections == 0
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
 async def test_a_server_without_http2_gets_http1(
         tls: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
     """TLS: ALPN picks http/1.1; plaintext: the h2c preface is answered as bad HTTP/1.1.
