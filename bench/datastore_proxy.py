@@ -32,6 +32,7 @@ _REQUEST_LINE = re.compile(r"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (\S+) HTTP
 _DATA, _HEADERS, _PING, _CONTINUATION = 0, 1, 6, 9
 _END_HEADERS, _PADDED, _PRIORITY, _ACK = 0x4, 0x8, 0x20, 0x1
 _ETCD_WATCH = "/etcdserverpb.Watch/Watch"
+_ETCD_RANGE = "/etcdserverpb.KV/Range"
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Counts:
     h2_streams: int = 0
     watch_streams: int = 0
     progress_requests: int = 0
+    etcd_ranges: int = 0  # KV/Range calls (a list's pages, or single reads)
     pings_sent: int = 0  # PINGs from the Typha (not acks)
     bytes_to_datastore: int = 0
     bytes_from_datastore: int = 0
@@ -166,6 +168,8 @@ class WireCount:
         path = headers.get(":path", "")
         if path == _ETCD_WATCH:
             self._grpc_watch[stream] = bytearray()
+        elif path == _ETCD_RANGE:
+            self.counts.etcd_ranges += 1
         elif is_k8s_watch(path):
             self.counts.watch_streams += 1
 
