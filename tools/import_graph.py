@@ -36,9 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sessions",),
     ("protocols",),
     ("server", "client", "upstream"),
-    ("workers", "warm"),
+    ("workers", "warm", "relay"),
     ("serving",),
-    ("daemon", "follower"),
+    ("daemon", "follower", "relay_process"),
     ("cli",),
     ("__main__",),
 )

@@ -232,10 +232,15 @@ def _serve(args: argparse.Namespace) -> int:
                       strict=args.strict_config)
     setup_logging(cfg.log_severity_screen, file_path=cfg.log_file_path,
                   file_level=cfg.log_severity_file, sys_level=cfg.log_severity_sys)
-    from .daemon import Daemon
     try:
-        daemon = Daemon(cfg, handle_signals=True)
-        trio.run(daemon.run)
+        if cfg.datastore_type == "typha":
+            from .relay_process import Relay
+            relay = Relay(cfg, handle_signals=True)
+            trio.run(relay.run)
+        else:
+            from .daemon import Daemon
+            daemon = Daemon(cfg, handle_signals=True)
+            trio.run(daemon.run)
     except BaseException as exc:  # noqa: BLE001 - only named start-up failures are handled
         failure = first_startup_error(exc)
         if failure is None:

@@ -161,6 +161,20 @@ def _authority(raw: str) -> str:
 def _authority_list(raw: str) -> tuple[str, ...]:
     """Comma-separated ``host:port`` entries (empty entries skipped)."""
     return tuple(_authority(part) for part in (p.strip() for p in raw.split(",")) if part)
+_HOST_PORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\],]+)(?::(\d+))?$")
+
+
+def _address_list(raw: str) -> tuple[str, ...]:
+    """Comma-separated ``host:port`` (``[v6]:port``; a bare host means port 5473)."""
+    out = []
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        match = _HOST_PORT_RE.match(part)
+        if not match or (match.group(2) and not 0 < int(match.group(2)) < 65536):
+            raise ValueError(f"{part!r} is not host:port")
+        out.append(part if match.group(2) else f"{part}:5473")
+    return tuple(out)
 
 
 #: What ``TLS_CIPHER_SUITES`` accepts: Calico's supported suites by Go name
@@ -268,9 +282,9 @@ class Config:
     """
 
     datastore_type: str = param(
-        "DatastoreType", _oneof("kubernetes", "etcdv3", "memory"), "etcdv3",
-        "datastore to sync from: kubernetes, etcdv3, or trio-typha's embedded memory",
-        zero=None)
+        "DatastoreType", _oneof("kubernetes", "etcdv3", "memory", "typha"), "etcdv3",
+        "datastore to sync from: kubernetes, etcdv3, trio-typha's embedded memory, or "
+        "typha: relay mode, follow another Typha (UpstreamTyphaAddrs)", zero=None)
     etcd_addr: str = param("EtcdAddr", _authority, "127.0.0.1:2379",
                            "etcd host:port, used when EtcdEndpoints is empty")
     etcd_scheme: str = param("EtcdScheme", _oneof("http", "https"), "http",
@@ -443,6 +457,32 @@ class Config:
         "WatchStallTimeoutSecs", _positive_seconds, 30.0,
         "how long a datastore watch stream may stay silent before it is checked and "
         "re-established", own=True)
+    # Relay mode (DatastoreType=typha): trio_typha/relay/, docs/relay.md.
+    upstream_typha_addrs: tuple[str, ...] = param(
+        "UpstreamTyphaAddrs", _address_list, (),
+        "relay mode: comma-separated host:port of the Typhas to follow, tried in turn; "
+        "empty: the ready endpoints of K8sNamespace/K8sServiceName's EndpointSlices "
+        "(port K8sPortName)", own=True, zero=())
+    upstream_typha_protocol: str = param(
+        "UpstreamTyphaProtocol", _oneof("feed", "gob"), "feed",
+        "relay mode: feed (the upstreams are trio-typha: their breadcrumbs, encodings and "
+        "lag) or gob (any Typha, Go Typha too, as calico-node connects)", own=True)
+    upstream_typha_ca_file: str = param(
+        "UpstreamTyphaCAFile", _file_must_exist, "",
+        "relay mode: CA bundle the upstreams' certificates must chain to (turns on TLS)",
+        own=True)
+    upstream_typha_cert_file: str = param(
+        "UpstreamTyphaCertFile", _file_must_exist, "",
+        "relay mode: this relay's client certificate for its upstreams", own=True)
+    upstream_typha_key_file: str = param(
+        "UpstreamTyphaKeyFile", _file_must_exist, "",
+        "relay mode: the key of UpstreamTyphaCertFile", own=True)
+    upstream_typha_cn: str = param("UpstreamTyphaCN", _string, "",
+                                   "relay mode: required CN of the upstreams' certificates",
+                                   own=True)
+    upstream_typha_uri_san: str = param(
+        "UpstreamTyphaURISAN", _string, "",
+        "relay mode: required URI SAN of the upstreams' certificates", own=True)
     memory_seed_file: str = param("MemorySeedFile", _file_must_exist, "",
                                   "memory datastore: YAML of resources to load", own=True)
     memory_demo_cluster: str = param(
@@ -773,9 +813,36 @@ def _validate(cfg: Config) -> None:
             and not (cfg.warm_start_peer_cn or cfg.warm_start_peer_uri_san)):
         raise ConfigError("TYPHA_WARMSTARTPEERCN / TYPHA_WARMSTARTPEERURISAN: under TLS a "
                           "warm start needs the identity siblings' certificates carry")
+    if cfg.datastore_type == "typha":
+        _validate_relay(cfg)
     if cfg.max_connections_lower_limit > cfg.max_connections_upper_limit:
         raise ConfigError("TYPHA_MAXCONNECTIONSLOWERLIMIT: must not exceed "
                           "TYPHA_MAXCONNECTIONSUPPERLIMIT")
+
+
+#: Relay mode: the shortest upstream deadline (a trio-typha's feed pings every second).
+RELAY_MIN_DEADLINE = 2.0
+
+
+def _validate_relay(cfg: Config) -> None:
+    tls = (cfg.upstream_typha_ca_file, cfg.upstream_typha_cert_file,
+           cfg.upstream_typha_key_file, cfg.upstream_typha_cn, cfg.upstream_typha_uri_san)
+    if any(tls):
+        if not cfg.upstream_typha_ca_file:
+            raise ConfigError("TYPHA_UPSTREAMTYPHACAFILE: required once any UpstreamTypha* "
+                              "TLS parameter is set")
+        if bool(cfg.upstream_typha_cert_file) != bool(cfg.upstream_typha_key_file):
+            missing = ("TYPHA_UPSTREAMTYPHAKEYFILE" if cfg.upstream_typha_cert_file
+                       else "TYPHA_UPSTREAMTYPHACERTFILE")
+            raise ConfigError(f"{missing}: the relay's client certificate and key go "
+                              "together")
+        if not (cfg.upstream_typha_cn or cfg.upstream_typha_uri_san):
+            raise ConfigError("TYPHA_UPSTREAMTYPHACN/TYPHA_UPSTREAMTYPHAURISAN: with TLS to "
+                              "the upstreams, at least one identity to check them by")
+    if cfg.watch_stall_timeout_secs < RELAY_MIN_DEADLINE:
+        raise ConfigError(
+            f"TYPHA_WATCHSTALLTIMEOUTSECS: relay mode needs at least {RELAY_MIN_DEADLINE:g}s "
+            "(an upstream's feed pings every second; Go Typha every PingIntervalSecs)")
 
 
 def param_by_flag(name: str) -> Param:

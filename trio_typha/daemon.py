@@ -24,7 +24,7 @@ from .cache.feed import CacheFeed
 from .config import Config
 from .datastore.base import Datastore
 from .datastore.k8s_api import KubeApi
-from .datastore.k8s_config import KubeConfigError, load_kube_client_config
+from .datastore.k8s_config import KubeConfigError
 from .datastore.k8s_errors import K8sError
 from .datastore.known import StateError
 from .datastore.memory import MemoryDatastore, MemoryStore
@@ -34,11 +34,10 @@ from .model.kv import SYNCER_TYPES
 from .model.syncers import DatastoreMode, syncer_definition
 from .observe.accept import serve_listeners
 from .observe.health import Report
-from .server.backlog import BacklogListener
 from .server.rebalance import CountUnavailable, RebalancePoller, node_counter, typha_counter
-from .serving import ServingProcess
+from .serving import ServingProcess, required_kube_api
 from .sessions.connections import SocketListener
-from .startup import DatastoreUnreachable, KubernetesConfigMissing, ListenPortInUse, port_in_use
+from .startup import DatastoreUnreachable, KubernetesConfigMissing
 from .syncer.gcpause import GCPauses
 from .syncer.pipeline import SyncerPipeline, Validator
 from .upstream import wire as upstream_wire
@@ -54,6 +53,8 @@ log = logging.getLogger(__name__)
 
 def make_datastore(cfg: Config, store: MemoryStore | None = None) -> Datastore:
     """Build the configured datastore."""
+    if cfg.datastore_type == "typha":
+        raise ValueError("DatastoreType=typha is relay mode: run relay_process.Relay")
     if cfg.datastore_type == "memory":
         if store is None:
             store = MemoryStore()
@@ -113,13 +114,9 @@ class Daemon(ServingProcess[SyncerPipeline]):
             self._rebalance_api = self.datastore.kube_api
             if self._rebalance_api is None:
                 # etcd (or memory) datastore: in-cluster config or a kubeconfig, as Typha.
-                try:
-                    self._rebalance_api = KubeApi(load_kube_client_config(cfg))
-                except KubeConfigError as exc:
-                    raise KubernetesConfigMissing(
-                        "no usable Kubernetes configuration for "
-                        f"TYPHA_CONNECTIONREBALANCINGMODE=kubernetes: {exc}; or set "
-                        "ConnectionRebalancingMode=none") from None
+                self._rebalance_api = required_kube_api(
+                    cfg, "TYPHA_CONNECTIONREBALANCINGMODE=kubernetes",
+                    "or set ConnectionRebalancingMode=none")
                 self._owns_rebalance_api = True
         #: where the caches' state came from (None: not decided yet)
         self.warm: WarmOutcome | None = None
@@ -229,16 +226,7 @@ class Daemon(ServingProcess[SyncerPipeline]):
                        peer_cn=cfg.warm_start_peer_cn, peer_uri_san=cfg.warm_start_peer_uri_san)
 
     async def open_listeners(self) -> list[SocketListener]:
-        cfg = self.config
-        try:
-            sockets = await trio.open_tcp_listeners(self.listen_port,
-                                                    host=cfg.server_host or None)
-        except OSError as exc:
-            raise port_in_use("the sync server", "TYPHA_SERVERPORT", cfg.server_host,
-                              self.listen_port, exc, ListenPortInUse,
-                              "TYPHA_SERVERHOST") from None
-        self.ports["server"] = sockets[0].socket.getsockname()[1]
-        listeners = [BacklogListener(s) for s in sockets]
+        listeners = await self.open_tcp_listeners()
         if self.server_workers > 1:  # the primary keeps its share, passes the rest
             return [BalancingListener(s, self._own_load, self._worker_targets)
                     for s in listeners]

@@ -33,12 +33,15 @@ from . import BUILD_VERSION
 from .cache.core import MemoBuilds
 from .cache.feed import CacheFeed
 from .config import Config
+from .datastore.k8s_api import KubeApi
+from .datastore.k8s_config import KubeConfigError, load_kube_client_config
 from .datastore.stall import WatchState
 from .logs import fields
 from .model.kv import SYNCER_TYPES, SyncStatus
 from .observe.health import REPORT_TIMEOUT, Health, Report
 from .observe.httpd import serve_http
 from .observe.metrics import Metrics, SyncerMetrics
+from .server.backlog import BacklogListener
 from .server.fdlimit import FdShedder, fd_ceiling, log_nofile_limit
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
@@ -47,7 +50,7 @@ from .server.memtrim import run_trimmer
 from .sessions.connections import ConnectionRegistry, SocketListener
 from .sessions.context import ServerContext
 from .sessions.settings import ServerSettings
-from .startup import HttpPortInUse, port_in_use
+from .startup import HttpPortInUse, KubernetesConfigMissing, ListenPortInUse, port_in_use
 from .syncer.base import Pipeline
 from .tls.diagnosis import FailureLog
 from .tls.server import ServerTLS, TLSPolicy, metrics_ssl_context
@@ -124,6 +127,19 @@ class ServingProcess(ABC, Generic[P]):
     @abstractmethod
     async def open_listeners(self) -> list[SocketListener]:
         """Where connections arrive; sets ``ports["server"]``."""
+
+    async def open_tcp_listeners(self) -> list[BacklogListener]:
+        """The sync port's sockets (ServerHost, ServerPort); sets ``ports["server"]``."""
+        cfg = self.config
+        try:
+            sockets = await trio.open_tcp_listeners(self.listen_port,
+                                                    host=cfg.server_host or None)
+        except OSError as exc:
+            raise port_in_use("the sync server", "TYPHA_SERVERPORT", cfg.server_host,
+                              self.listen_port, exc, ListenPortInUse,
+                              "TYPHA_SERVERHOST") from None
+        self.ports["server"] = sockets[0].socket.getsockname()[1]
+        return [BacklogListener(s) for s in sockets]
 
     async def start_first(self, nursery: trio.Nursery) -> None:
         """Before anything else: what the role hears from outside (a worker's channel)."""
@@ -420,6 +436,16 @@ class ServingProcess(ABC, Generic[P]):
             return None
         log.info("Received SIGUSR1, emitting memory profile to %s", path)
         return path
+
+
+def required_kube_api(cfg: Config, what: str, remedy: str) -> KubeApi:
+    """A Kubernetes API client for ``what`` needs (in-cluster config or a kubeconfig, as
+    Typha), or the start-up failure naming it and ``remedy``."""
+    try:
+        return KubeApi(load_kube_client_config(cfg))
+    except KubeConfigError as exc:
+        raise KubernetesConfigMissing(
+            f"no usable Kubernetes configuration for {what}: {exc}; {remedy}") from None
 
 
 def _staleness(feed: CacheFeed) -> float:

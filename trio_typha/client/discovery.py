@@ -140,10 +140,11 @@ class EndpointSliceDiscovery:
 
     def __init__(self, api: Any, *, service: str = "calico-typha",
                  namespace: str = "kube-system", node_name: str = "",
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, port_name: str = TYPHA_PORT_NAME) -> None:
         self.api = api  # a trio_typha.datastore.k8s_api.KubeApi (anything with get_json)
         self.service = service
         self.namespace = namespace
+        self.port_name = port_name
         self.node_name = node_name
         self.rng = rng or random.Random()
 
@@ -155,7 +156,7 @@ class EndpointSliceDiscovery:
         except K8sError as exc:
             raise DiscoveryError(f"listing EndpointSlices of {self.namespace}/{self.service}"
                                  f" failed: {_describe(exc)}") from exc
-        found = parse_endpoint_slices(doc.get("items") or ())
+        found = parse_endpoint_slices(doc.get("items") or (), port_name=self.port_name)
         if not found:
             raise DiscoveryError(f"no ready Typha in the EndpointSlices of "
                                  f"{self.namespace}/{self.service}")
