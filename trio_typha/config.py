@@ -161,6 +161,8 @@ def _authority(raw: str) -> str:
 def _authority_list(raw: str) -> tuple[str, ...]:
     """Comma-separated ``host:port`` entries (empty entries skipped)."""
     return tuple(_authority(part) for part in (p.strip() for p in raw.split(",")) if part)
+
+
 _HOST_PORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\],]+)(?::(\d+))?$")
 
 
