@@ -44,7 +44,7 @@ from .upstream import wire as upstream_wire
 from .upstream.serve import serve_follower
 from .warm import wire as warm_wire
 from .warm.fetch import PeerTLS, WarmOutcome, discover_siblings, fetch_state
-from .warm.serve import WarmServer
+from .warm.serve import WORKER_SOCKET, WarmServer
 from .workers.handoff import BalancingListener
 from .workers.pool import WorkerPool, WorkerState, aggregate_exposition
 
@@ -337,6 +337,14 @@ class Daemon(ServingProcess[SyncerPipeline]):
                     partial(serve_follower, self.ctx.feeds, encodings,
                             self.settings.write_timeout),
                     [trio.SocketListener(sock)], what="the workers' feed"))
+                if self.warm_server is not None:
+                    # Siblings' warm starts that land on a worker come on here.
+                    warm_sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    await warm_sock.bind(os.path.join(tmp, WORKER_SOCKET))
+                    warm_sock.listen(socket.SOMAXCONN)
+                    await nursery.start(partial(
+                        serve_listeners, partial(self.warm_server, ctx=None),
+                        [trio.SocketListener(warm_sock)], what="the workers' warm starts"))
                 log.info("Starting %d worker process(es) on port %d", count,
                          self.ports["server"])
                 await nursery.start(self.workers.run)

@@ -16,8 +16,11 @@ run, and the channel's end (the primary is gone) ends it.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -26,6 +29,7 @@ from .config import Config
 from .serving import ServingProcess
 from .sessions.connections import SocketListener
 from .upstream.follow import FollowerPipeline, UpstreamFeed
+from .warm.serve import WORKER_SOCKET, forwarder
 from .workers import control as worker_control
 from .workers.channel import ChannelClosed, ControlSocket, PrimaryLink
 
@@ -50,6 +54,11 @@ class Follower(ServingProcess[FollowerPipeline]):
     @property
     def source_name(self) -> str:
         return self.upstream.name
+
+    def warm_session(self) -> Callable[..., Any] | None:
+        """A sibling's warm start that landed here goes on to the primary, which holds the
+        trackers and watch state (:mod:`.warm.serve`)."""
+        return forwarder(os.path.join(os.path.dirname(self.upstream.path), WORKER_SOCKET))
 
     def make_pipeline(self, syncer_type: str, feed: CacheFeed) -> FollowerPipeline:
         return FollowerPipeline(syncer_type, feed, self.upstream, on_lost=self.shutdown)

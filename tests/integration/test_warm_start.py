@@ -133,6 +133,37 @@ async def test_kdd_warm_start_equals_cold_start_and_lists_nothing(tmp_path: Path
                 assert b"warm start from sibling " + peer.encode() in body
 
 
+async def test_kdd_a_warm_start_landing_on_a_worker_is_served_by_the_primary(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """With ServerWorkers the sibling's port hands connections to worker processes, which
+    hold no tracker or watch state: a worker passes the warm start on to its primary."""
+    from trio_typha.client.typha import TyphaClient
+
+    caplog.set_level(logging.INFO)
+    async with kdd_bed(tmp_path, pods=2) as bed, \
+            kdd_daemon(bed.config, ServerWorkers="2") as sibling:
+        with trio.fail_after(HANG):
+            await sibling.wait_in_sync()
+            while not (sibling.workers is not None  # noqa: ASYNC110 (processes)
+                       and sibling.workers.ready):
+                await trio.sleep(0.05)
+        port = sibling.ports["server"]
+        # The primary takes the first connection (least loaded, ties to the primary),
+        # so the warm start after it goes to the worker.
+        async with TyphaClient(("127.0.0.1", port), syncer_type="felix",
+                               hostname="first") as client:
+            await client.wait_for_status()
+            async with warm_started(bed.config, f"127.0.0.1:{port}", bed.log
+                                    ) as (warm, lists):
+                assert sorted(p.rsplit("/", 1)[1] for p in lists) == [
+                    "clusternetworkpolicies", "virtualmachineinstancemigrations"]
+                assert sibling.warm_server is not None and sibling.warm_server.served == 1
+                assert any("to a connection forwarded by a worker" in r.getMessage()
+                           for r in caplog.records)
+                await inv.wait_converged(bed.read, lambda: caches(("warm", warm)),
+                                         within=HANG)
+
+
 # --- a sibling that dies mid-transfer -------------------------------------------------------
 
 @asynccontextmanager

@@ -7,6 +7,11 @@ fingerprint; a mismatch, a syncer type not served here or not in sync is refused
 reason.  Each syncer type's state is captured at one instant at which its pipeline holds no
 event not yet applied (:meth:`~trio_typha.syncer.pipeline.SyncerPipeline.export`), then
 encoded (off the event loop when large) and written under ServerWriteTimeoutSecs.
+
+With ServerWorkers the connection may land on a worker, which holds caches but no tracker
+or watch state: it checks the certificate as the primary would, then splices the
+connection to the primary's warm-start socket (:data:`WORKER_SOCKET`, beside the workers'
+feed socket), where the primary serves it as its own.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from . import wire
 
 log = logging.getLogger(__name__)
 
+#: The primary's Unix socket for warm starts its workers forward, in the feed socket's directory.
+WORKER_SOCKET = "warm.sock"
 #: How long the request may take to arrive, and a pipeline to drain before it is captured.
 REQUEST_TIMEOUT = 10.0
 DRAIN_TIMEOUT = 10.0
@@ -45,7 +52,8 @@ class WarmServer:
 
     async def __call__(self, stream: trio.abc.Stream, ctx: Any, *, prefix: bytes = b"",
                        conn: Any = None) -> None:
-        peer = getattr(conn, "peer", "?")
+        # No connection: one a ServerWorkers worker forwarded (it logged the peer).
+        peer = getattr(conn, "peer", "a connection forwarded by a worker")
         try:
             request = await self._request(stream, prefix)
         except wire.WarmError as exc:
@@ -80,19 +88,29 @@ class WarmServer:
                  trio.current_time() - started)
 
     async def _request(self, stream: trio.abc.Stream, prefix: bytes) -> wire.Request:
+        """The request after the magic (which ``prefix``, the bytes sniffed, may hold)."""
         reader = RecordReader(MAX_REQUEST, wire.WarmError)
-        reader.feed(prefix[len(wire.MAGIC):])
+        head = prefix
         with trio.move_on_after(REQUEST_TIMEOUT):
+            while len(head) < len(wire.MAGIC):
+                head += await self._more(stream)
+            if not head.startswith(wire.MAGIC):
+                raise wire.WarmError("not a warm-start request")
+            reader.feed(head[len(wire.MAGIC):])
             while True:
                 for kind, payload in reader:
                     if kind != wire.REQUEST:
                         raise wire.WarmError(f"record {kind} where the request belongs")
                     return wire.decode_request(payload)
-                data = await stream.receive_some(MAX_REQUEST)
-                if not data:
-                    raise wire.WarmError("closed before its request")
-                reader.feed(data)
+                reader.feed(await self._more(stream))
         raise wire.WarmError(f"no request within {REQUEST_TIMEOUT:g}s")
+
+    @staticmethod
+    async def _more(stream: trio.abc.Stream) -> bytes:
+        data = await stream.receive_some(MAX_REQUEST)
+        if not data:
+            raise wire.WarmError("closed before its request")
+        return bytes(data)
 
     def _refusal(self, request: wire.Request) -> str:
         why = wire.mismatch(self.fingerprint, request.fingerprint)
@@ -124,3 +142,31 @@ class WarmServer:
 def _encode(state: SyncerState) -> bytes:
     return b"".join(wire.encode_state(state))
 
+
+
+async def _pump(source: trio.abc.Stream, sink: trio.abc.Stream, done: trio.CancelScope) -> None:
+    try:
+        while data := await source.receive_some(1 << 20):
+            await sink.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        log.info("Warm start through a worker: %s", exc)
+    done.cancel()  # either side gone: the transfer is over
+
+
+def forwarder(path: str) -> Callable[..., Any]:
+    """A worker's session for a warm start: the connection spliced to the primary's
+    warm-start socket at ``path`` (the primary's own session answers it)."""
+    async def forward(stream: trio.abc.Stream, ctx: Any, *, prefix: bytes = b"",
+                      conn: Any = None) -> None:
+        try:
+            primary = await trio.open_unix_socket(path)
+        except OSError as exc:
+            log.warning("Warm-start request from %s: cannot reach the primary (%s)",
+                        getattr(conn, "peer", "?"), exc)
+            return
+        async with primary:
+            await primary.send_all(prefix)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_pump, stream, primary, nursery.cancel_scope)
+                nursery.start_soon(_pump, primary, stream, nursery.cancel_scope)
+    return forward
