@@ -70,6 +70,9 @@ class Host(Protocol):
 
     def watch_closed(self, handle: WatchHandle) -> None: ...
 
+    async def hub_open(self) -> None:
+        """Return once watches may send (at once unless the hub is wedged)."""
+
 
 async def answer(server: Host, request: Request) -> Response | WatchPlan:
     """The API's answer to ``request``, after the latency hook; a bug in the API costs
@@ -100,8 +103,10 @@ async def stream_watch(server: Host, plan: WatchPlan, handle: WatchHandle,
                        send: Callable[[bytes], Awaitable[None]]) -> None:
     """Send the watch's opening lines, then its events and bookmarks, until compaction
     ends it (an ERROR line) or the caller's ``handle.scope`` does (timeout, drop, the peer
-    gone).  ``send`` takes one batch of whole lines."""
+    gone).  ``send`` takes one batch of whole lines.  While the server's watch hub is
+    wedged (:meth:`Host.hub_open`) the watch sends nothing at all, then catches up."""
     server.traffic.watches += 1
+    await server.hub_open()
     lines, failed = opening(plan)
     await _send_lines(send, lines)
     if failed:
@@ -118,6 +123,7 @@ async def stream_watch(server: Host, plan: WatchPlan, handle: WatchHandle,
 
     next_bookmark = bookmark_after(trio.current_time()) if plan.bookmarks else math.inf
     while True:
+        await server.hub_open()
         changed = server.changed_event()  # taken before polling: no lost wakeups
         try:
             lines = cursor.poll()

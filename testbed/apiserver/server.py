@@ -75,7 +75,9 @@ class ApiServer:
       http2: serve HTTP/2 beside HTTP/1.1.
 
     :attr:`traffic` counts what clients cost it: connections, requests, watch streams,
-    HTTP/2 PINGs and bytes each way.
+    HTTP/2 PINGs and bytes each way.  :meth:`wedge_watches` wedges its watch hub: watches,
+    new ones too, are accepted and then given nothing (no events, no bookmarks) while
+    every other request is answered, until :meth:`unwedge_watches`.
 
     The store must only be written from the trio thread that runs the server.
     """
@@ -113,6 +115,7 @@ class ApiServer:
         self.host = "127.0.0.1"
         self.port = 0
         self._changed: trio.Event | None = None
+        self._unwedged: trio.Event | None = None  # set: watches send (None: never wedged)
         self.store.on_change = self._wake
         if default_namespaces:
             for name in DEFAULT_NAMESPACES:
@@ -282,6 +285,28 @@ class ApiServer:
         for handle in handles:
             handle.drop(abrupt=abrupt)
         return len(handles)
+
+    def wedge_watches(self) -> None:
+        """Wedge the watch hub: every watch, open or opened later, is accepted (its
+        response headers go out) and then sent nothing - no events, no bookmarks - while
+        lists, gets and writes are answered as usual.  (A kube-apiserver whose watch cache
+        stopped dispatching, or an aggregated API behind a stuck proxy, looks so.)"""
+        if self._unwedged is None or self._unwedged.is_set():
+            self._unwedged = trio.Event()
+
+    def unwedge_watches(self) -> None:
+        """Undo :meth:`wedge_watches`: each watch sends what it held back, then goes on."""
+        if self._unwedged is not None:
+            self._unwedged.set()
+
+    @property
+    def watches_wedged(self) -> bool:
+        return self._unwedged is not None and not self._unwedged.is_set()
+
+    async def hub_open(self) -> None:
+        unwedged = self._unwedged
+        if unwedged is not None:
+            await unwedged.wait()
 
     def compact(self, revision: int | None = None) -> None:
         """Compact at ``revision`` (default: now): older RVs and continue tokens answer 410

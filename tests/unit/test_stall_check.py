@@ -18,6 +18,7 @@ from trio_typha.datastore.http_edge import keepalive_socket_options
 from trio_typha.datastore.stall import (
     Activity,
     StallCheck,
+    Step,
     Verdict,
     WatchBoard,
     WatchStalled,
@@ -30,22 +31,23 @@ DEADLINE = 30.0
 def test_a_missed_change_undelivered_after_the_grace_stalls_the_stream() -> None:
     check = StallCheck(DEADLINE, now=0.0)
     assert check.grace == 1.0 and check.interval == 28.0  # one probe per deadline at most
-    assert not check.due(27.9) and check.due(28.0)
+    assert check.step(27.9) == (Step.WAIT, 28.0) and check.step(28.0)[0] is Step.PROBE
     assert check.probed(True, 28.0) is Verdict.SUSPECT
     assert check.suspect and check.suspect_since == 28.0
     assert check.probed(None, 28.5) is Verdict.SUSPECT  # no answer changes nothing
-    assert not check.overdue(28.9) and check.overdue(29.0)
+    assert check.step(28.9) == (Step.WAIT, 29.0) and check.step(29.0)[0] is Step.STALLED
     assert check.silent_for(29.0) == 29.0
     check.paused = True  # a stream we are not reading is not judged
-    assert not check.overdue(40.0)
+    assert check.step(40.0)[0] is Step.WAIT
 
 
 def test_progress_within_the_grace_clears_the_suspicion() -> None:
     check = StallCheck(DEADLINE, now=0.0)
     assert check.probed(True, 28.0) is Verdict.SUSPECT
-    check.progressed(28.5)  # the stream delivered the change after all
-    assert not check.suspect and not check.overdue(40.0)
-    assert not check.due(56.0) and check.due(56.5)  # the next probe an interval later
+    check.delivered(28.5)  # the stream delivered the change after all
+    assert not check.suspect
+    # The next probe an interval after the delivery.
+    assert check.step(56.0) == (Step.WAIT, 56.5) and check.step(56.5)[0] is Step.PROBE
 
 
 def test_short_deadlines_scale_the_grace_and_the_interval() -> None:
@@ -57,7 +59,7 @@ def test_a_probe_finding_nothing_counts_as_progress() -> None:
     check = StallCheck(DEADLINE, now=0.0)
     assert check.probed(False, 28.0) is Verdict.FRESH
     assert check.last_progress == 28.0
-    assert not check.due(55.0)
+    assert check.step(55.0) == (Step.WAIT, 56.0)
     assert check.silent_for(37.0) == 9.0  # known current at 28.0
 
 
@@ -255,52 +257,168 @@ def test_a_watch_broken_by_the_kernel_is_told_from_a_server_closing_it() -> None
     assert not _timed_out(httpx.RemoteProtocolError("peer closed connection"))
 
 
-async def test_streams_of_a_shared_connection_are_probed_only_when_another_delivers(
-        autojump_clock: trio.testing.MockClock) -> None:
-    """On one HTTP/2 connection (its liveness the PINGs'), a quiet cluster costs no
-    probes; a stream that stays silent while another stream of the connection delivers
-    is probed, and stalled if it missed a change."""
-    activity = Activity()
-    quiet, busy = StallCheck(DEADLINE, trio.current_time()), StallCheck(DEADLINE,
-                                                                        trio.current_time())
-    for check in (quiet, busy):
+def shared_checks(activity: Activity, *names: str, now: float = 0.0
+                  ) -> list[StallCheck]:
+    """Streams of one HTTP/2 connection, as the KDD watcher sets them up."""
+    checks = []
+    for name in names:
+        check = StallCheck(DEADLINE, now, name=name)
         check.shared = activity
-        check.progressed(trio.current_time())
-    model = Model(quiet)
-    result: list[WatchStalled] = []
+        check.bookmark_every = 60.0
+        check.new_stream()
+        checks.append(check)
+    return checks
+
+
+def test_quiet_streams_of_a_shared_connection_owe_nothing_and_are_never_probed() -> None:
+    """Over HTTP/2 a stream that has delivered nothing owes no bookmark (the API server
+    sends none until the kind moves past the watch's start): however long it is quiet, it
+    is neither probed nor suspect, and a busy neighbour does not change that."""
+    activity = Activity(lambda: 0.0)
+    quiet, busy = shared_checks(activity, "felix/pods", "felix/nodes")
+    for t in range(0, 600, 5):
+        busy.delivered(float(t))
+        assert quiet.step(float(t))[0] is Step.WAIT
+    assert quiet.step(600.0)[0] is Step.WAIT and not quiet.suspect
+
+
+def test_a_missed_bookmark_wedges_the_stream_and_a_silent_connection_every_stream() -> None:
+    activity = Activity(lambda: 0.0)
+    pods, nodes, policies = shared_checks(activity, "felix/pods", "felix/nodes",
+                                          "felix/policies")
+    assert pods.bookmark_slack == 3.0
+    pods.delivered(10.0)  # an event: the server now owes a bookmark every minute
+    nodes.delivered(12.0)
+    assert pods.step(70.0) == (Step.WAIT, 73.0)
+    pods.delivered(70.0)  # the bookmark
+    assert pods.step(132.9) == (Step.WAIT, 133.0)
+    assert nodes.step(75.0)[0] is Step.WEDGED  # nodes missed its own: others delivered
+    assert activity.wedged_at is None  # ...so only nodes is wedged, not the hub
+    nodes.new_stream()  # (the watcher lists and watches it again)
+    assert policies.step(100.0)[0] is Step.WAIT
+    # Nothing delivered after pods' bookmark at 70: at 133 pods finds the hub silent,
+    # and every stream of the connection with it, even one that owes nothing.
+    assert pods.step(133.0)[0] is Step.WEDGED and "no bookmark for 63.0s" in pods.why
+    assert activity.hub_silent
+    assert policies.step(133.5)[0] is Step.WEDGED and "every watch" in policies.why
+    assert nodes.step(133.5)[0] is Step.WEDGED
+    nodes.delivered(140.0)  # anything delivered: the hub works
+    assert not activity.hub_silent and policies.step(140.0)[0] is Step.WAIT
+
+
+def test_listing_in_a_wedged_streams_place_until_a_watch_delivers() -> None:
+    """The fallback: a list every deadline while nothing is delivered; neither its lists,
+    a new watch's acknowledgement nor a probe's "nothing" make the stream current (a
+    wedged hub gives every new watch nothing), and readiness names it throughout."""
+    board = WatchBoard(lambda: 200.0)
+    check = board.add("felix/etcd", DEADLINE)
+    check.delivered(50.0)
+    assert check.enter_fallback(100.0) and not check.enter_fallback(101.0)
+    check.listed(102.0)
+    check.new_stream()
+    check.progressed(102.5)  # the new watch was accepted
+    assert check.probed(False, 110.0) is Verdict.FRESH  # a probe's watch saw nothing
+    assert check.step(131.9) == (Step.WAIT, 132.0)
+    assert check.step(132.0)[0] is Step.RELIST and "after the last list" in check.why
+    check.listed(133.0)
+    assert check.silent_for(200.0) == 150.0  # since the last delivery, at 50
+    (state,) = board.states()
+    assert state.stale and state.age == 150.0
+    assert state.describe() == ("watch felix/etcd silent for 150s: the datastore gives it "
+                                "nothing; listing it every 30s instead")
+    check.delivered(150.0)  # the watch delivers again: back to watching, no more lists
+    assert check.fallback_since is None and check.step(151.0)[0] is Step.WAIT
+    assert check.silent_for(160.0) == 10.0
+
+
+def test_another_stream_delivering_ends_a_fallback_of_the_same_connection() -> None:
+    activity = Activity(lambda: 0.0)
+    quiet, busy = shared_checks(activity, "felix/namespaces", "felix/pods")
+    quiet.enter_fallback(100.0)
+    quiet.listed(101.0)
+    assert quiet.step(120.0) == (Step.WAIT, 127.0)  # (polled: the hub may deliver)
+    busy.delivered(125.0)  # the hub delivers to another watch: this one is only quiet
+    assert quiet.step(126.0)[0] is Step.WAIT and quiet.fallback_since is None
+    assert quiet.last_progress == 101.0  # current as of its last list
+
+
+class Hub:
+    """An API server's watch hub in virtual time: bookmarks on a minute's cadence to the
+    streams that owe them, events as written, nothing at all while wedged."""
+
+    def __init__(self, checks: list[StallCheck]) -> None:
+        self.checks = checks
+        self.wedged = False
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(60.0)
+            if not self.wedged:
+                for check in self.checks:
+                    check.delivered(trio.current_time())
+
+    def write(self, check: StallCheck) -> None:
+        if not self.wedged:
+            check.delivered(trio.current_time())
+
+
+async def test_a_wedged_hub_is_listed_within_a_bookmark_period_and_left_when_it_delivers(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Every stream of one connection owes its bookmarks; the hub wedges: each stream is
+    found wedged within a bookmark period plus its slack of its last delivery, and lists
+    in its place every deadline (no probes: they would see nothing) until the hub
+    delivers again."""
+    activity = Activity(trio.current_time)  # PINGs answered throughout
+    checks = shared_checks(activity, "felix/pods", "felix/namespaces")
+    hub = Hub(checks)
+    lists: dict[str, list[float]] = {c.name: [] for c in checks}
+
+    async def watcher(check: StallCheck) -> None:
+        async def probe() -> bool | None:
+            raise AssertionError("no probe on a shared connection")
+
+        while True:
+            stalled = await until_stalled(check, probe, check.name)
+            assert stalled.wedged
+            check.enter_fallback(trio.current_time())
+            await trio.sleep(0.5)  # the list
+            check.listed(trio.current_time())
+            lists[check.name].append(trio.current_time())
+
     async with trio.open_nursery() as nursery:
-
-        async def run() -> None:
-            result.append(await until_stalled(quiet, model.probe, "felix/pods"))
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(run)
+        nursery.start_soon(hub.run)
+        for check in checks:
+            check.delivered(0.0)
+            nursery.start_soon(watcher, check)
+        await trio.sleep(600)
+        assert lists == {"felix/pods": [], "felix/namespaces": []}  # bookmarks on time
+        hub.write(checks[0])
+        hub.wedged = True
+        wedged_at = trio.current_time()
+        await trio.sleep(200)
+        for times in lists.values():
+            # The first list within a bookmark period plus slack of the last delivery
+            # (the bookmark at 600 s), then one every deadline.
+            assert times[0] - wedged_at <= 60.0 + 3.0 + 0.5
+            assert all(b - a == pytest.approx(DEADLINE + 0.5) for a, b in zip(
+                times, times[1:], strict=False))
+        assert all(c.fallback_since is not None for c in checks)
+        hub.wedged = False
+        hub.write(checks[0])  # one stream delivers: the hub works, both go back
+        before = {name: len(times) for name, times in lists.items()}
         await trio.sleep(300)
-        assert model.probes == 0 and not result  # every stream silent: nobody probed
-        model.stalled = True
-        model.write()  # missed by the quiet stream
-        await trio.sleep(5)
-        assert model.probes == 0  # still nothing else delivers
-        delivered_at = trio.current_time()
-        busy.progressed(delivered_at)  # another stream of the connection delivers
-        await trio.sleep_forever()
-    (stalled,) = result
-    assert model.probes == 1
-    assert trio.current_time() - delivered_at <= 2 * quiet.grace + 0.2 + 0.01
-    assert stalled.stream == "felix/pods"
+        assert {name: len(times) for name, times in lists.items()} == before
+        assert all(c.fallback_since is None for c in checks)
+        nursery.cancel_scope.cancel()
 
 
 def test_a_confirming_probe_is_not_a_delivery_of_the_connection() -> None:
     activity = Activity()
     check = StallCheck(DEADLINE, now=0.0)
     check.shared = activity
-    check.progressed(0.0)
-    other = StallCheck(DEADLINE, now=0.0)
-    other.shared = activity
-    other.progressed(20.0)
-    assert check.due(28.0)  # the other stream delivered 20 s after this one's last
+    check.delivered(0.0)
     assert check.probed(False, 28.0) is Verdict.FRESH
-    assert activity.last_delivery == 20.0 and not check.due(56.0)  # nothing since
+    assert activity.last_delivery == 0.0 and check.last_progress == 28.0
 
 
 def test_quiet_streams_of_a_live_connection_are_as_current_as_the_connection() -> None:
@@ -315,3 +433,16 @@ def test_quiet_streams_of_a_live_connection_are_as_current_as_the_connection() -
     assert state.age == check.silent_for(100.0) == 5.0 and not state.stale
     check.probed(True, 99.0)  # once suspect, only the stream's own progress counts
     assert check.silent_for(100.0) == 100.0
+
+
+def test_a_resumed_stream_that_gets_no_reply_either_is_wedged() -> None:
+    """etcd: a stalled stream is resumed on a new one, whose watch creation etcd answers at
+    once; no reply within the grace means the hub gives every watch nothing."""
+    check = StallCheck(DEADLINE, now=0.0)
+    check.expect_reply(30.0)
+    check.new_stream()
+    assert check.step(30.5) == (Step.WAIT, 31.0)  # no probe while the reply is due
+    assert check.step(31.0)[0] is Step.WEDGED and "no reply either" in check.why
+    check.expect_reply(40.0)
+    check.delivered(40.2)  # the creation came: an ordinary stream again
+    assert check.step(41.0) == (Step.WAIT, 68.2)

@@ -1,14 +1,13 @@
-"""The cross-check loop beside a watch stream (the trio shell of :class:`.stall.StallCheck`)."""
+"""The stall-check loop beside a watch stream (the trio shell of :class:`.stall.StallCheck`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import trio
 
-from .stall import StallCheck, WatchStalled
+from .stall import StallCheck, Step, WatchStalled
 
 Probe = Callable[[], Awaitable[bool | None]]
 
@@ -22,39 +21,31 @@ def delivering(check: StallCheck) -> Iterator[None]:
         yield
     finally:
         check.paused = False
-        check.progressed(trio.current_time())
+        check.reading_again(trio.current_time())
 
 
 async def until_stalled(check: StallCheck, probe: Probe, stream: str) -> WatchStalled:
-    """Probe once the stream has been silent for ``check.interval`` (and no more often
-    than that); return once a probe has seen a change the stream then fails to deliver
-    within ``check.grace``.
+    """Follow ``check``'s steps for a new stream: wait, probe when it says so, and return
+    once the stream is stalled (a probe saw a change it then failed to deliver within
+    ``check.grace``) or wedged (it owes a bookmark, its hub is silent, or the fallback's
+    next list is due: ``WatchStalled.wedged``).
 
     ``probe()`` answers whether the datastore has a change the stream has not delivered
     (True/False, None when it cannot tell); one that takes longer than an interval counts
-    as None.  The caller then tears the stream down and resumes it.
+    as None.  The caller then tears the stream down and resumes it, or lists in its place.
     """
     check.new_stream()
-    next_probe = -math.inf
     while True:
-        since = check.suspect_since
-        if since is not None:
-            await trio.sleep_until(since + check.grace)
-            if check.overdue(trio.current_time()):
-                return WatchStalled(stream, check.silent_for(trio.current_time()))
-            if check.suspect:  # busy downstream: judge it once we read it again
-                await trio.sleep(check.grace)
-            continue
-        await trio.sleep_until(max(check.last_progress + check.interval, next_probe))
-        if not check.due(trio.current_time()):
-            if check.paused:  # busy downstream: look again an interval later
-                next_probe = trio.current_time() + check.interval
-            elif check.alone_in_silence:  # every stream of the connection is quiet
-                next_probe = trio.current_time() + check.grace
-            continue  # (or the stream delivered meanwhile)
-        missed: bool | None = None
-        with trio.move_on_after(check.interval):
-            missed = await probe()
         now = trio.current_time()
-        next_probe = now + check.interval
-        check.probed(missed, now)
+        step, at = check.step(now)
+        if step is Step.WAIT:
+            await trio.sleep_until(at)
+        elif step is Step.PROBE:
+            missed: bool | None = None
+            with trio.move_on_after(check.interval):
+                missed = await probe()
+            check.probed(missed, trio.current_time())
+        elif step is Step.STALLED:
+            return WatchStalled(stream, check.silent_for(now))
+        else:  # WEDGED, RELIST
+            return WatchStalled(stream, check.silent_for(now), wedged=True, reason=check.why)

@@ -17,7 +17,11 @@ endpoint at a time:
    mean the stream is stalled).  A stalled stream is reset (RST_STREAM CANCEL) and the
    watch resumed from its last revision on a new stream of the same connection when the
    connection still answers a PING, leaving the other pipelines' streams running; when it
-   answers none, the connection is closed and the watch resumes on a new one.
+   answers none, the connection is closed and the watch resumes on a new one.  A new
+   stream that gets no reply either (not even its watch's creation) sits on a wedged
+   watch hub, which gives every watch nothing while ranges still work: the pipeline then
+   lists in the watch's place (step 2, on the same connection), watches again from the
+   list's revision, and lists again every stall deadline until a watch delivers.
 
 One watch covers the whole key span of the pipeline's kinds rather than one per kind: a
 single stream gives one revision sequence to resume from after a reconnect, and events for
@@ -236,12 +240,14 @@ class _Watcher:
         a stall closed it.  A stalled stream on a live connection is resumed on a new
         stream, the other pipelines' streams on the connection untouched."""
         status = await client.status()
-        if self.state.needs_relist(status.header):
+        if self.state.needs_relist(status.header) or self.check.fallback_since is not None:
             await self._relist(client)
         while True:
             try:
-                await self._follow(client)
+                relist = await self._follow(client)
             except _Relist:
+                relist = True
+            if relist:  # compacted, or the watch gave nothing: list in its place
                 await self._relist(client)
 
     async def _relist(self, client: EtcdClient) -> None:
@@ -251,7 +257,7 @@ class _Watcher:
             except _Compacted:
                 continue
             self.state.list_complete(header)
-            self.check.progressed(trio.current_time())
+            self.check.listed(trio.current_time())
             log.info("Listed %d objects of %d kinds from etcd at revision %d",
                      len(self.state), len(self.state.kinds), header.revision)
             return
@@ -285,10 +291,11 @@ class _Watcher:
             raise ValueError("no kinds to list")
         return pinned
 
-    async def _follow(self, client: EtcdClient) -> None:
+    async def _follow(self, client: EtcdClient) -> bool:
         """Stream the watch with the stall check beside it; returns after a stall of the
-        stream alone (the stream reset, RST_STREAM CANCEL), raises :class:`_Reconnect`
-        after a stall of the connection (closed) and :class:`_Relist` on compaction."""
+        stream alone (the stream reset, RST_STREAM CANCEL): True when the stream and the one
+        before it gave nothing (list in its place), raises :class:`_Reconnect` after a
+        stall of the connection (closed) and :class:`_Relist` on compaction."""
         stalled: list[WatchStalled] = []
         failure: EtcdError | _Relist | None = None
         async with client.watch() as watch, trio.open_nursery() as nursery:
@@ -301,13 +308,25 @@ class _Watcher:
         if failure is not None:
             raise failure
         if stalled:
-            await self._stalled(client, stalled[0])
+            return await self._stalled(client, stalled[0])
+        return False
 
-    async def _stalled(self, client: EtcdClient, stalled: WatchStalled) -> None:
-        """The stream is reset (leaving :meth:`_follow`'s ``watch`` block); whether the
-        connection goes too is the PING's to say: answered, every other stream on it is
-        fine and the watch resumes on a new stream from its last revision; unanswered, the
-        connection is dead for every pipeline and is closed."""
+    async def _stalled(self, client: EtcdClient, stalled: WatchStalled) -> bool:
+        """The stream is reset (leaving :meth:`_follow`'s ``watch`` block).  A stream that
+        gave nothing after another stalled (the hub wedged) is listed in its place (True).
+        Otherwise whether the connection goes too is the PING's to say: answered, every
+        other stream on it is fine and the watch resumes on a new stream from its last
+        revision, which must answer within the probe window; unanswered, the connection is
+        dead for every pipeline and is closed."""
+        now = trio.current_time()
+        if stalled.wedged:
+            if self.check.enter_fallback(now):
+                log.warning("etcd watch %s wedged: silent for %.1fs (%s); listing in its "
+                            "place every %gs until a watch delivers again", self.stream,
+                            stalled.silent_for, stalled.reason, self.check.deadline)
+            else:
+                log.info("etcd watch %s: %s; listing again", self.stream, stalled.reason)
+            return True
         conn = client.conn
         alive = conn is not None and await conn.alive(probe_window(self.ds.stall_deadline))
         log.warning("etcd watch %s stalled: nothing delivered for %.1fs and no answer to a "
@@ -318,6 +337,8 @@ class _Watcher:
         if not alive:
             await client.aclose()
             raise _Reconnect
+        self.check.expect_reply(trio.current_time())
+        return False
 
     async def _stall_check(self, watch: WatchStream, stalled: list[WatchStalled],
                            scope: trio.CancelScope, *,
@@ -347,7 +368,7 @@ class _Watcher:
         await watch.send(rpc.watch_create(*self.span, start_revision))
         while True:
             msg = await watch.receive()
-            self.check.progressed(trio.current_time())
+            self.check.delivered(trio.current_time())
             self._heard.set()
             if msg.created:
                 log.debug("etcd watch created from revision %d", start_revision)

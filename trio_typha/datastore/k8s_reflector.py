@@ -129,6 +129,12 @@ class KindReflector:
                         else self.resume_rv)
         self.resume_rv = None
 
+    def relist(self) -> None:
+        """The next step is a consistent list (its differences from what was sent are what
+        the watch failed to deliver), and the watch resumes from the list's revision."""
+        self.list_rv = ""
+        self.resume_rv = None
+
     def watch_started(self) -> None:
         """A watch stream of this kind was accepted: for a profile source, Calico's profile
         watcher starts afresh (either of its streams ending restarts both)."""

@@ -14,10 +14,16 @@ watch refused with 404 is followed by a list a ``WatchPollInterval`` later; repe
 failures without progress fall back to a full relist; watches restart no faster than
 ``min_watch_interval``.
 
-Each watch stream is cross-checked while silent (:mod:`.stall`): every third of
-``stall_deadline`` without an event or bookmark, a short watch on a connection of its own asks
-whether the kind changed after the stream's resourceVersion; two such answers in a row tear
-the stream down, with one WARNING, and the watch resumes from that resourceVersion.
+Each watch stream is checked while silent (:mod:`.stall`).  On the shared HTTP/2
+connection, whose PINGs prove it alive, the API server's bookmarks are the progress signal:
+a stream that has delivered owes a bookmark about once a minute, and one that misses it (or
+every stream of a connection whose hub went silent) is listed in its place - a consistent
+list, diffed against what was sent, then a watch from the list's resourceVersion - and
+listed again every ``stall_deadline`` until a watch delivers again.  Over HTTP/1.1, where a
+watch has a connection of its own, a stream silent for most of ``stall_deadline`` is also
+cross-checked by a short watch from its resourceVersion; a change that watch is given and
+the stream is not tears the stream down, with one WARNING, and the watch resumes from that
+resourceVersion.
 
 Unlike Calico, which reports a datastore failure only after ten minutes without a successful
 request, a failed list (or a watch refused with 401/403) is reported at once as
@@ -47,7 +53,13 @@ from .k8s_api import KubeApi
 from .k8s_errors import ApiError, K8sError, MalformedResponse
 from .k8s_profile_watch import ProfileStamps
 from .k8s_reflector import KindReflector, WatchErrorEvent
-from .stall import DEFAULT_DEADLINE, StallCheck, WatchStalled, probe_window
+from .stall import (
+    DEFAULT_DEADLINE,
+    KUBE_BOOKMARK_INTERVAL,
+    StallCheck,
+    WatchStalled,
+    probe_window,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +87,9 @@ class WatchTuning:
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     stall_deadline: float = DEFAULT_DEADLINE  # a silent watch is cross-checked (.stall)
+    # how often the API server sends a watch that owes one a bookmark (kube-apiserver: a
+    # minute); a stream that misses one is listed in its place (.stall); None: never
+    bookmark_interval: float | None = KUBE_BOOKMARK_INTERVAL
 
 
 class KindWatcher:
@@ -91,7 +106,9 @@ class KindWatcher:
         self.api = api
         self.kind = kind
         self.stream = stream or kind.plural
-        self.check = check or StallCheck(tuning.stall_deadline, trio.current_time())
+        self.check = check or StallCheck(tuning.stall_deadline, trio.current_time(),
+                                         name=self.stream)
+        self.check.bookmark_every = tuning.bookmark_interval
         self.tuning = tuning
         self.reflector = KindReflector(kind, profile=profile)
         if reflector is not None:
@@ -132,7 +149,7 @@ class KindWatcher:
             return
         self._backoff.reset()
         self._errors_at_rv = 0
-        self.check.progressed(trio.current_time())
+        self.check.listed(trio.current_time())
         await self._recovered()
         items = _Counted(itertools.chain.from_iterable(pages))
         try:
@@ -225,6 +242,7 @@ class KindWatcher:
                     await nursery.start(self._cross_check, stalled, nursery.cancel_scope)
                     try:
                         async for event in events:
+                            self.check.delivered(trio.current_time())
                             with delivering(self.check):
                                 await self._emit(self.reflector.watched(event))
                             if not progressed:
@@ -237,10 +255,7 @@ class KindWatcher:
                 if failure:
                     raise failure[0]
             if stalled:
-                log.warning("Watch of %s (%s) stalled: silent for %.1fs while the "
-                            "API server has changes after resourceVersion %s; resuming the "
-                            "watch on a new connection", self.kind, self.stream,
-                            stalled[0].silent_for, self.reflector.resume_rv)
+                self._stalled(stalled[0])
             return  # the server ended the stream (its timeout), or it stalled: resume
         except WatchErrorEvent as exc:
             if exc.status.expired or exc.status.too_large_rv:
@@ -292,6 +307,26 @@ class KindWatcher:
         else:
             log.info("Watch of %s failed (%s); retrying", self.kind, describe(error))
         await trio.sleep(self._backoff.next_delay())
+
+    def _stalled(self, stalled: WatchStalled) -> None:
+        """A stalled stream resumes from its resourceVersion (a new watch was given what it
+        missed); a wedged one is listed in its place, now and every deadline until a watch
+        delivers again (one WARNING when that starts)."""
+        if not stalled.wedged:
+            log.warning("Watch of %s (%s) stalled: silent for %.1fs while the API server "
+                        "has changes after resourceVersion %s; resuming the watch on a new "
+                        "connection", self.kind, self.stream, stalled.silent_for,
+                        self.reflector.resume_rv)
+            return
+        if self.check.enter_fallback(trio.current_time()):
+            log.warning("Watch of %s (%s) wedged: silent for %.1fs (%s); listing %s in its "
+                        "place every %gs until a watch delivers again", self.kind,
+                        self.stream, stalled.silent_for, stalled.reason, self.kind.plural,
+                        self.check.deadline)
+        else:
+            log.info("Watch of %s (%s): %s; listing again", self.kind, self.stream,
+                     stalled.reason)
+        self.reflector.relist()
 
     async def _cross_check(self, stalled: list[WatchStalled], scope: trio.CancelScope, *,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
