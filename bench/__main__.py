@@ -21,7 +21,9 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
 * ``memory``: RSS of the server with the cluster loaded, with N clients (``--clients 0``
   for none).
 * ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
-  InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.
+  InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.  With ``--datastore etcdv3``: the
+  cluster in a real etcd, each Typha's process from its start to ready, ``--repeats``
+  times interleaved with Go Typha's when ``--go-typha`` names it (``bench/etcd_startup.py``).
 * ``quiet``: what each Typha costs the datastore (``--datastore kubernetes|etcdv3``) in a
   ``--seconds`` window after ``--settle`` (optionally under ``--churn`` writes/s), counted
   at a proxy in front of it: connections, requests, watch streams, PINGs, bytes, datastore
@@ -210,7 +212,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="quiet: seconds after a Typha starts (or until it is ready, if "
                    "later) before the window")
     p.add_argument("--go-typha", metavar="PATH",
-                   help="quiet: Go Typha's binary, measured after trio-typha in the same run")
+                   help="quiet, startup --datastore etcdv3: Go Typha's binary, measured "
+                   "beside trio-typha in the same run")
+    p.add_argument("--baseline", metavar="TREE",
+                   help="startup --datastore etcdv3: another trio-typha source tree run in "
+                   "the same rotation (before/after in one sitting)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="startup --datastore etcdv3: runs of each Typha (interleaved)")
     p.add_argument("--workers", type=int, default=1,
                    help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
     p.add_argument("--workers-list", default="2,4",
@@ -232,9 +240,6 @@ def main(argv: list[str] | None = None) -> None:
     allowed = ("kubernetes", "etcdv3") if args.scenario == "quiet" else ("memory", "etcdv3")
     if args.datastore not in allowed:
         p.error(f"{args.scenario} takes --datastore {' or '.join(allowed)}")
-    if args.datastore == "etcdv3" and args.scenario == "startup":
-        p.error("startup measures the Kubernetes datastore (test bed API server); "
-                "--datastore etcdv3 applies to storm, steady and memory")
     if args.scenario == "steady" and (args.rate <= 0 or args.seconds <= 0):
         p.error("steady needs --rate and --seconds above 0")
     from trio_typha.logs import setup_logging
@@ -256,6 +261,12 @@ def main(argv: list[str] | None = None) -> None:
         import balance
         result = balance.run(args)
         print(balance.table(result))
+        if args.json:
+            print(json.dumps(result))
+        return
+    if args.scenario == "startup" and args.datastore == "etcdv3":
+        import etcd_startup
+        result = etcd_startup.main(args)
         if args.json:
             print(json.dumps(result))
         return

@@ -141,7 +141,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def wait_ready(proc: trio.Process, health_port: int, name: str) -> None:
+async def wait_ready(proc: trio.Process, health_port: int, name: str,
+                     poll: float = 0.2) -> None:
     url = f"http://127.0.0.1:{health_port}/readiness"
     async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
         with trio.fail_after(READY_TIMEOUT):
@@ -151,7 +152,18 @@ async def wait_ready(proc: trio.Process, health_port: int, name: str) -> None:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await http.get(url)).status_code == 200:
                         return
-                await trio.sleep(0.2)
+                await trio.sleep(poll)
+
+
+async def stop(proc: trio.Process) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    with trio.move_on_after(15):
+        await proc.wait()
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
 
 
 async def measure(name: str, command: list[str], ds: Datastore, args: argparse.Namespace,
@@ -186,13 +198,7 @@ async def measure(name: str, command: list[str], ds: Datastore, args: argparse.N
             cpu = process_cpu_seconds([ds.pid]) - cpu0
             server1 = await ds.traffic() if ds.traffic else None
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            with trio.move_on_after(15):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+            await stop(proc)
         nursery.cancel_scope.cancel()
     result: dict[str, Any] = {
         "ready_s": round(ready_s, 2),
@@ -246,11 +252,16 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def main(args: argparse.Namespace) -> dict[str, Any]:
+def check_go_typha(args: argparse.Namespace) -> None:
+    """``--go-typha`` made absolute, and refused unless it is an executable file."""
     if args.go_typha:
         args.go_typha = os.path.abspath(args.go_typha)
         if not os.access(args.go_typha, os.X_OK):
             raise SystemExit(f"--go-typha {args.go_typha}: not an executable file")
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    check_go_typha(args)
     result = trio.run(run, args)
     print(table(result))
     return result

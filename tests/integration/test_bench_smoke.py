@@ -118,10 +118,16 @@ def test_steady_on_etcd() -> None:
     assert row["writes"] > 0 and row["delivered_fraction"] == 1.0
 
 
-def test_startup_on_etcd_is_a_clear_error() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench", "startup", "--datastore", "etcdv3"],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2 and "--datastore etcdv3" in done.stderr
+@pytest.mark.etcd
+def test_startup_on_etcd() -> None:
+    """bench/etcd_startup.py: the daemon's own process from start to ready on etcd."""
+    result = run_bench("startup", "--datastore", "etcdv3", "--cluster", "tiny",
+                       "--repeats", "1")
+    trio = result["trio_typha"]
+    assert result["objects"] > 0 and len(trio["runs"]) == 1
+    assert trio["ready_s"]["min"] > 0 and trio["cpu_s"]["min"] > 0
+    assert trio["peak_rss_mib"]["min"] > 0 and trio["runs"][0]["processes"] == 1
+    assert "go_typha" not in result  # only with --go-typha
 
 
 def test_worker_feed_micro_benchmark() -> None:
