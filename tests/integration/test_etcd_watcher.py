@@ -173,6 +173,44 @@ async def test_survives_sigkill_and_restart(tmp_path: Path,
             nursery.cancel_scope.cancel()
 
 
+async def test_compaction_in_the_middle_of_the_list_lists_again_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pinned revision is compacted while the pages are still being fetched: the list
+    starts again at a new revision, objects the first attempt already sent are not sent
+    twice, a change made meanwhile arrives, and every kind is synced once."""
+    caplog.set_level(logging.INFO, logger="trio_typha.datastore.etcd")
+    async with run_etcd(tmp_path) as etcd, etcd.client() as c:
+        for i in range(10):
+            await c.put_resource(gnp(f"g{i}"))
+        await c.put_resource(np("ns", "n"))
+        ds = EtcdDatastore(etcd.config, rng=random.Random(4), page_size=1,
+                           backoff_initial=0.05, backoff_max=0.5)
+        # No buffer: the watcher waits on its first object until it is read here, and its
+        # page fetcher can be at most a page or two ahead of that (one page per object).
+        send, recv = trio.open_memory_channel[DatastoreEvent](0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ds.run)  # hosts the connection the watch shares
+            await nursery.start(ds.watch, KINDS, send)
+            with trio.fail_after(WAIT):
+                first = await recv.receive()
+            assert isinstance(first, ResourceEvent) and first.name == "g0"
+            await c.put_resource(gnp("g9", 5))  # changed after the pinned revision
+            await c.compact(await c.revision())
+            rec = Recorder()
+            rec.view[(first.kind, first.namespace, first.name)] = first.obj
+            rec.events.append(first)
+            nursery.start_soon(rec.consume, recv)
+            await rec.wait_matches(c)
+            await rec.wait_for(lambda: rec.connections() == [True])
+            names = [(e.name, e.revision) for e in rec.resource_events()]
+            assert len(names) == len(set(names)), f"an object was sent twice: {names}"
+            # The first attempt got no further than a few pages, so g9 comes once, changed.
+            assert sorted(n for n, _ in names) == sorted([f"g{i}" for i in range(10)] + ["n"])
+            assert sum(isinstance(e, KindSynced) for e in rec.events) == 2
+            assert "compacted during the list" in caplog.text
+            nursery.cancel_scope.cancel()
+
+
 async def test_compaction_past_the_watcher_relists_only_differences(tmp_path: Path) -> None:
     async with run_etcd(tmp_path) as etcd, etcd.client() as c:
         for i in range(6):

@@ -225,3 +225,47 @@ def test_relist_after_missed_changes_sends_exactly_the_differences(first: list[t
     differing = {k for k in set(sent_before) | set(now) if sent_before.get(k) != now.get(k)}
     assert {(e.kind, e.namespace, e.name) for e in evs} == differing
     assert len(evs) == len(differing)
+
+
+def _summary(evs: list[Any]) -> list[tuple[str, str | None, str | None, bool]]:
+    return [(type(e).__name__, getattr(e, "name", None), getattr(e, "revision", None),
+             getattr(e, "obj", None) is None) for e in evs]
+
+
+@given(st.lists(st.sampled_from("abcdefgh"), unique=True),
+       st.lists(st.sampled_from("abcdefgh"), unique=True),
+       st.integers(min_value=1, max_value=4))
+def test_a_list_fed_page_by_page_sends_what_one_range_would(before: list[str],
+                                                            after: list[str],
+                                                            page: int) -> None:
+    """listed_page over the pages then kind_listed: the same events, in the same order, as
+    listed() given the whole range at once, first list and relist alike."""
+    whole, paged = EtcdSyncState([GNP]), EtcdSyncState([GNP])
+    hdr = Header(CLUSTER, 50)
+    for names, rev in ((before, 1), (after, 2)):
+        kvs = [kv(GNP, n, rev + i) for i, n in enumerate(sorted(names))]
+        expected = whole.listed(GNP, kvs, hdr)
+        paged.begin_list()
+        got: list[Any] = []
+        for i in range(0, len(kvs), page):
+            got += paged.listed_page(GNP, kvs[i:i + page])
+        got += paged.kind_listed(GNP)
+        assert _summary(got) == _summary(expected)
+        assert len(paged) == len(whole) == len(names)
+
+
+def test_an_abandoned_list_is_dropped_and_the_next_one_sends_only_what_differs() -> None:
+    """A list that fails after its first page (compaction, a lost connection) sent that
+    page; the next list sends nothing for those objects again, and deletes what neither
+    list saw only once it is complete."""
+    st_ = EtcdSyncState([GNP])
+    hdr = Header(CLUSTER, 9)
+    st_.listed(GNP, [kv(GNP, "old", 1)], hdr)
+    st_.begin_list()
+    assert _summary(st_.listed_page(GNP, [kv(GNP, "a", 3)])) == [
+        ("ResourceEvent", "a", "3", False)]
+    st_.begin_list()  # the first attempt is abandoned; no deletion was sent for "old"
+    assert st_.listed_page(GNP, [kv(GNP, "a", 3)]) == []
+    assert _summary(st_.listed_page(GNP, [kv(GNP, "b", 4)])) == [
+        ("ResourceEvent", "b", "4", False)]
+    assert _summary(st_.kind_listed(GNP)) == [("ResourceEvent", "old", "", True)]

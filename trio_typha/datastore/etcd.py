@@ -74,6 +74,13 @@ class _Compacted(Exception):
     """The range's pinned revision was compacted while we were paging: list again."""
 
 
+#: Range pages fetched ahead of the one being handled (see ``_Watcher._list_all``).
+LIST_PAGES_AHEAD = 1
+
+#: A page of a kind's range, or (None) the end of that kind's pages.
+_Page = tuple[ResourceKind, "rpc.RangePage | None"]
+
+
 class _Relist(Exception):
     """The watch's start revision was compacted away: list again, on the same connection."""
 
@@ -263,33 +270,65 @@ class _Watcher:
             return
 
     async def _list_all(self, client: EtcdClient) -> rpc.Header:
-        """Range every kind at one revision (the first reply's), sending differences."""
+        """Range every kind at one revision (the first reply's), sending differences.
+
+        The pages are fetched by a task of their own that keeps the next one in flight
+        while this one decodes, converts and hands over the last: etcd serves (and the
+        connection carries) page N+1 while page N is this process's work, instead of each
+        page waiting for the one before it to be handled; each page's objects go
+        downstream as soon as it is in, the deletions a kind's list implies once its last
+        page is (:meth:`EtcdSyncState.listed_page`, :meth:`~EtcdSyncState.kind_listed`).
+        At most :data:`LIST_PAGES_AHEAD` fetched pages wait."""
+        self.state.begin_list()
+        send, pages = trio.open_memory_channel[_Page](LIST_PAGES_AHEAD)
+        failure: list[EtcdError | _Compacted] = []
         pinned: rpc.Header | None = None
-        for kind in self.state.kinds:
-            prefix = kind_prefix(kind).encode()
-            end = rpc.prefix_end(prefix)
-            start = prefix
-            kvs: list[rpc.KeyValue] = []
-            while True:
-                try:
-                    page = await client.range(start, end,
-                                              revision=pinned.revision if pinned else 0,
-                                              limit=self.ds.page_size)
-                except EtcdServerError as exc:
-                    if exc.compacted:
-                        log.info("etcd compacted during the list: %s; listing again", exc)
-                        raise _Compacted from exc
-                    raise
-                if pinned is None:
-                    pinned = page.header
-                kvs.extend(page.kvs)
-                if not page.more or not page.kvs:
-                    break
-                start = rpc.next_page_key(page.kvs[-1].key)
-            await hand_over(self.send, self.state.listed(kind, kvs, pinned))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._fetch_pages, client, send, failure)
+            async with pages:
+                async for kind, page in pages:
+                    if page is None:
+                        await hand_over(self.send, self.state.kind_listed(kind))
+                        continue
+                    pinned = pinned or page.header
+                    await hand_over(self.send, self.state.listed_page(kind, page.kvs))
+        if failure:
+            raise failure[0]
         if pinned is None:  # unreachable: watch_span refused an empty kind list
             raise ValueError("no kinds to list")
         return pinned
+
+    async def _fetch_pages(self, client: EtcdClient, send: trio.MemorySendChannel[_Page],
+                           failure: list[EtcdError | _Compacted], *,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                           ) -> None:
+        """Every kind's pages in order, each kind ended by ``(kind, None)``; a failure is
+        put in ``failure`` (raised by the lister, outside its nursery) and ends the pages."""
+        task_status.started()
+        pinned = 0
+        async with send:
+            try:
+                for kind in self.state.kinds:
+                    prefix = kind_prefix(kind).encode()
+                    end = rpc.prefix_end(prefix)
+                    start = prefix
+                    while True:
+                        page = await client.range(start, end, revision=pinned,
+                                                  limit=self.ds.page_size)
+                        pinned = pinned or page.header.revision
+                        await send.send((kind, page))
+                        if not page.more or not page.kvs:
+                            break
+                        start = rpc.next_page_key(page.kvs[-1].key)
+                    await send.send((kind, None))
+            except EtcdServerError as exc:
+                if not exc.compacted:
+                    failure.append(exc)
+                    return
+                log.info("etcd compacted during the list: %s; listing again", exc)
+                failure.append(_Compacted())
+            except EtcdError as exc:
+                failure.append(exc)
 
     async def _follow(self, client: EtcdClient) -> bool:
         """Stream the watch with the stall check beside it; returns after a stall of the

@@ -11,14 +11,14 @@ from __future__ import annotations
 __sans_io__ = True
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..model.kinds import ResourceKind
 from .etcd_layout import KeyParser, decode_value
 from .etcd_rpc import Header, KeyValue, WatchResponse
 from .events import DatastoreEvent, KindSynced, ResourceEvent
-from .known import KnownObjects, StateError
+from .known import KnownObjects, Relisting, StateError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ class EtcdSyncState:
         self._parser = KeyParser(self.kinds)
         self._known = {k: KnownObjects(k) for k in self.kinds}
         self._synced: set[ResourceKind] = set()
+        self._relisting: dict[ResourceKind, Relisting] = {}  # kinds part-way through a list
         #: every change up to this revision has been turned into events (0: never listed)
         self.revision = 0
         self.cluster_id = ""
@@ -99,13 +100,40 @@ class EtcdSyncState:
 
     # -- listing --------------------------------------------------------------------------
 
+    def begin_list(self) -> None:
+        """A list of every kind starts (again): any list left part-way is abandoned."""
+        self._relisting.clear()
+
     def listed(self, kind: ResourceKind, kvs: Iterable[KeyValue],
                header: Header) -> list[DatastoreEvent]:
         """A complete range of ``kind`` at ``header.revision``: the differences, then (the
         first time only, as Calico's watcher caches do) ``KindSynced``."""
-        items = []
+        return [*self.listed_page(kind, kvs), *self.kind_listed(kind)]
+
+    def listed_page(self, kind: ResourceKind, kvs: Iterable[KeyValue]
+                    ) -> list[DatastoreEvent]:
+        """One page of ``kind``'s range: the objects in it that are new or changed."""
+        relisting = self._relisting.get(kind)
+        if relisting is None:
+            relisting = self._relisting[kind] = Relisting(self._known[kind])
+        return list(relisting.page(self._decoded(kind, kvs)))
+
+    def kind_listed(self, kind: ResourceKind) -> list[DatastoreEvent]:
+        """``kind``'s range is complete: the deletions it implies, then (the first time
+        only, as Calico's watcher caches do) ``KindSynced``."""
+        relisting = self._relisting.pop(kind, None) or Relisting(self._known[kind])
+        # Deletions a relist implies carry no revision, as Calico's watcher cache sends them.
+        events: list[DatastoreEvent] = list(relisting.finish(""))
+        if kind not in self._synced:
+            self._synced.add(kind)
+            events.append(KindSynced(kind))
+        return events
+
+    def _decoded(self, kind: ResourceKind, kvs: Iterable[KeyValue]
+                 ) -> Iterator[tuple[str, str, dict[str, Any], str]]:
+        parse = self._parser.parse
         for kv in kvs:
-            parsed = self._parser.parse(kv.key)
+            parsed = parse(kv.key)
             if parsed is None or parsed[0] != kind:
                 log.warning("Skipping unparsable etcd key %r", kv.key)
                 continue
@@ -115,13 +143,7 @@ class EtcdSyncState:
             except ValueError as exc:
                 log.warning("Skipping etcd key %s: %s", kv.key.decode(errors="replace"), exc)
                 continue
-            items.append((ns, name, obj, str(kv.mod_revision)))
-        # Deletions a relist implies carry no revision, as Calico's watcher cache sends them.
-        events: list[DatastoreEvent] = list(self._known[kind].relist(items, ""))
-        if kind not in self._synced:
-            self._synced.add(kind)
-            events.append(KindSynced(kind))
-        return events
+            yield ns, name, obj, str(kv.mod_revision)
 
     def list_complete(self, header: Header) -> None:
         """Every kind has been listed at ``header.revision``: watch from the next one."""

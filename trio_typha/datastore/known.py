@@ -83,13 +83,37 @@ class KnownObjects:
                   revision: str) -> Iterator[ResourceEvent]:
         """:meth:`relist`, one event at a time (the deletions once ``items`` is exhausted),
         so a caller can hand each on before the next object is even looked at."""
-        seen: set[ObjectKey] = set()
+        relisting = Relisting(self)
+        yield from relisting.page(items)
+        yield from relisting.finish(revision)
+
+
+class Relisting:
+    """One relist of a :class:`KnownObjects` fed page by page, so each page's events can go
+    downstream while the next page is still being fetched: :meth:`page` for each page of
+    the fresh list (in any order, each object once), then :meth:`finish` for the deletions
+    the whole list implies.  A relist abandoned half-way is simply dropped: what its pages
+    sent is recorded in the known objects, so the next relist sends only what differs."""
+
+    __slots__ = ("known", "_seen")
+
+    def __init__(self, known: KnownObjects) -> None:
+        self.known = known
+        self._seen: set[ObjectKey] = set()
+
+    def page(self, items: Iterable[tuple[str, str, Mapping[str, Any], str]]
+             ) -> Iterator[ResourceEvent]:
+        seen, upsert = self._seen, self.known.upsert
         for namespace, name, obj, rev in items:
             seen.add((namespace, name))
-            ev = self.upsert(namespace, name, obj, rev)
+            ev = upsert(namespace, name, obj, rev)
             if ev is not None:
                 yield ev
-        for key in [k for k in self._revisions if k not in seen]:
-            ev = self.delete(key[0], key[1], revision)
+
+    def finish(self, revision: str) -> Iterator[ResourceEvent]:
+        """The deletions: every known object no page listed (``revision`` on each)."""
+        known = self.known
+        for key in [k for k in known._revisions if k not in self._seen]:
+            ev = known.delete(key[0], key[1], revision)
             if ev is not None:
                 yield ev
