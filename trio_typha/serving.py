@@ -368,10 +368,12 @@ class ServingProcess(ABC, Generic[P]):
         objects are still freed by reference counting, only cycles among them would stay.
         """
         await self.wait_in_sync()
+        started = trio.current_time()
         gc.collect()
         gc.freeze()
         log.info("All caches in sync; %d long-lived objects excluded from garbage "
-                 "collection", gc.get_freeze_count())
+                 "collection (collected and frozen in %.0f ms)", gc.get_freeze_count(),
+                 (trio.current_time() - started) * 1000)
 
     async def _metrics_http(self, path: str) -> tuple[int, str, bytes] | None:
         if path != "/metrics":

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import yaml
-
 from ..model.kinds import kind_for
 
 
@@ -19,6 +17,8 @@ class SeedError(ValueError):
 
 
 def iter_resources(text: str, source: str = "<seed>") -> Iterator[dict[str, Any]]:
+    import yaml  # here: the CLI imports this module's error on every start, etcd's too
+
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:

@@ -13,19 +13,23 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import h11
 import trio
-from trio_websocket import WebSocketConnection, wrap_server_stream
 
 from .accept import serve_listeners
+
+if TYPE_CHECKING:  # trio-websocket is imported by the first upgrade (it imports
+    # importlib.metadata, a few per cent of a start's CPU, for a page few ever open)
+    from trio_websocket import WebSocketConnection
 
 log = logging.getLogger(__name__)
 
 Response = tuple[int, str, bytes]
 Handler = Callable[[str], Awaitable[Response | None]]  # path -> response, or None for 404
 
-WebSocketHandler = Callable[[WebSocketConnection], Awaitable[None]]
+WebSocketHandler = Callable[["WebSocketConnection"], Awaitable[None]]
 
 _MAX_REQUEST = 16 * 1024
 _REQUEST_TIMEOUT = 10.0
@@ -58,6 +62,8 @@ class _Replay(trio.abc.Stream):
 
 
 async def _websocket(stream: trio.abc.Stream, head: bytes, ws_handler: WebSocketHandler) -> None:
+    from trio_websocket import wrap_server_stream
+
     async with trio.open_nursery() as nursery:
         with trio.move_on_after(_REQUEST_TIMEOUT) as handshake:
             request = await wrap_server_stream(nursery, _Replay(stream, head),

@@ -29,15 +29,17 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from ..cache.core import Breadcrumb
 from ..cache.feed import CacheFeed
 from ..datastore.stall import WatchState
 from ..sessions.connections import ConnectionRegistry, State
+
+if TYPE_CHECKING:  # imported by the first feed (see observe/httpd.py)
+    from trio_websocket import WebSocketConnection
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,8 @@ async def serve_feed(ws: WebSocketConnection, sampler: ReplicaSampler, *,
 
 
 async def _until_closed(task: Callable[[], Awaitable[None]], scope: trio.CancelScope) -> None:
+    from trio_websocket import ConnectionClosed
+
     try:
         await task()
     except ConnectionClosed:

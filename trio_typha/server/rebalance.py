@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from ..cache.feed import CacheFeed
-from ..datastore.k8s_api import KubeApi
 from ..datastore.k8s_errors import K8sError
 from ..logs import fields
 from ..model.endpoint_slices import SERVICE_NAME_LABEL, count_typhas
 from ..model.keys import resource_key
 from ..model.kv import SyncStatus
 from .governor import Governor, max_conn_limit
+
+if TYPE_CHECKING:
+    from ..datastore.k8s_api import KubeApi
 
 log = logging.getLogger(__name__)
 
