@@ -220,6 +220,17 @@ def _cipher_suites(raw: str) -> tuple[str, ...]:
 #: per replica, which eight processes serve with room to spare.
 MAX_DEFAULT_WORKERS = 8
 
+#: Usable CPUs below which ServerWorkers' default is the one process.  On 2 usable CPUs
+#: (``python -m bench storm|steady|startup --workers 1|2|4``, docs/performance.md,
+#: "ServerWorkers") no worker paid for itself: a 1,000-client storm in sync no sooner
+#: beyond the machine's noise on up to a third more server CPU, ready on etcd 0.6-1.1 s
+#: later (the workers' start and their copy of the caches take the same cores as the
+#: pipelines), steady delay p50 and p99 2-5x worse, and 75-105 MiB of RSS per worker.  A
+#: worker only pays with a core of its own beside the primary's and what the clients'
+#: network work and the datastore client take; 3 CPUs were not measured, so the threshold
+#: stays above them.
+MIN_CPUS_FOR_WORKERS = 4
+
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -383,13 +394,14 @@ class Config:
     server_port: int = param("ServerPort", _int(0, 65535), 0, "listen port (0 means 5473)")
     server_host: str = param("ServerHost", _host, "", "listen address (empty: all)")
     # <= 0: the CPUs this process may use (affinity and cgroup cpu.max), at most
-    # MAX_DEFAULT_WORKERS, counted where the server is built (cpus.py); 1: the
-    # single-process server.
+    # MAX_DEFAULT_WORKERS, and 1 below MIN_CPUS_FOR_WORKERS, counted where the server is
+    # built (cpus.py); 1: the single-process server.
     server_workers: int = param(
         "ServerWorkers", _int(None, 64), 0, "processes serving the port: this one (which owns "
         "the datastore watch and the caches) plus ServerWorkers-1 workers fed from it; "
         "0 or less: the CPUs this process may use (affinity, cgroup CPU quota), at most "
-        f"{MAX_DEFAULT_WORKERS}", own=True)
+        f"{MAX_DEFAULT_WORKERS}; one process below {MIN_CPUS_FOR_WORKERS} usable CPUs, "
+        "where a worker costs more than it serves", own=True)
     server_key_file: str = param("ServerKeyFile", _file_must_exist, "", "server TLS key")
     server_cert_file: str = param("ServerCertFile", _file_must_exist, "",
                                   "server TLS certificate")

@@ -17,7 +17,7 @@ __sans_io__ = True
 import math
 from collections.abc import Callable
 
-from .config import MAX_DEFAULT_WORKERS
+from .config import MAX_DEFAULT_WORKERS, MIN_CPUS_FOR_WORKERS
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -115,9 +115,14 @@ def cgroup_quota(read: Callable[[str], str], root: str = CGROUP_ROOT) -> float |
 
 
 def default_workers(affinity: int, quota: float | None,
-                    cap: int = MAX_DEFAULT_WORKERS) -> int:
+                    cap: int = MAX_DEFAULT_WORKERS,
+                    min_cpus: int = MIN_CPUS_FOR_WORKERS) -> int:
     """Processes for ``affinity`` schedulable CPUs under ``quota`` CPUs (None: no quota):
-    whole CPUs only (a 1.5-CPU quota keeps one process busy, not two), at least 1, at
-    most ``cap``."""
+    one below ``min_cpus`` usable CPUs (a worker there takes its core from the primary,
+    the datastore client and the kernel's network work, and costs more than it serves:
+    :data:`~trio_typha.config.MIN_CPUS_FOR_WORKERS` says what was measured), else one per
+    whole CPU (a 4.5-CPU quota keeps four processes busy, not five), at most ``cap``."""
     usable = float(affinity) if quota is None else min(float(affinity), quota)
+    if usable < min_cpus:
+        return 1
     return max(1, min(cap, math.floor(usable)))

@@ -29,18 +29,33 @@ def test_cpu_max_parsing(text: str, limit: float | None) -> None:
 
 
 @pytest.mark.parametrize(("affinity", "quota", "workers"), [
-    (2, None, 2),
-    (1, None, 1),
     (64, None, cpus.MAX_DEFAULT_WORKERS),  # capped
     (16, 4.0, 4),  # a container's CPU limit beats the CPUs it may run on
     (4, 16.0, 4),  # ... and the other way round
-    (8, 1.5, 1),  # whole CPUs only
-    (8, 0.25, 1),  # at least one process
-    (3, 2.5, 2),
+    (8, 5.5, 5),  # whole CPUs only
+    (6, None, 6),
 ])
 def test_default_is_usable_whole_cpus_capped(affinity: int, quota: float | None,
                                              workers: int) -> None:
     assert cpus.default_workers(affinity, quota) == workers
+
+
+@pytest.mark.parametrize(("affinity", "quota"), [
+    (1, None), (2, None), (3, None),  # this machine's 2 CPUs: no worker pays for itself
+    (8, 3.9), (8, 2.0), (8, 0.25),  # a CPU limit below the threshold
+    (3, 16.0),
+])
+def test_below_the_threshold_the_default_is_one_process(affinity: int,
+                                                        quota: float | None) -> None:
+    assert cpus.default_workers(affinity, quota) == 1
+
+
+def test_the_threshold_is_where_workers_begin() -> None:
+    m = cpus.MIN_CPUS_FOR_WORKERS
+    assert cpus.default_workers(m, None) == m
+    assert cpus.default_workers(m, m - 0.01) == 1
+    assert cpus.default_workers(64, None, min_cpus=65) == 1
+    assert cpus.default_workers(2, None, min_cpus=1) == 2  # the rule before the curve
 
 
 def fake_files(files: dict[str, str]) -> Callable[[str], str]:
