@@ -23,6 +23,10 @@ bootstrap_env() {
     # deploy/: kustomize renders through kubectl; the mTLS overlay's certificates need openssl
     command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    # the build step's compiled model (setup.py, mypyc): tests/integration/test_native_build.py
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+      || missing+=(python3-dev)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} (apt)" >&2

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: those in its own layer's predecessors only; packages in one layer do not import each
 #: other. docs/architecture.md ("Layers") says the same in prose.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("gofmt",),
+    ("gofmt", "native"),
     ("backoff", "grpcwire", "logs", "records", "startup"),
     ("model",),
     ("config",),

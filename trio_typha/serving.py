@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from . import BUILD_VERSION
+from . import BUILD_VERSION, native
 from .cache.core import MemoBuilds
 from .cache.feed import CacheFeed
 from .config import Config
@@ -230,7 +230,8 @@ class ServingProcess(ABC, Generic[P]):
         started with itself."""
         cfg = self.config
         log.info("Typha starting up", extra=fields(version=BUILD_VERSION,
-                                                   datastore=self.source_name))
+                                                   datastore=self.source_name,
+                                                   model=native.STATE.describe()))
         if cfg.debug_memory_profile_path:
             import tracemalloc
             tracemalloc.start()  # so SIGUSR1's snapshot has the allocations since start

@@ -92,7 +92,7 @@ def test_image_holds_no_test_bed() -> None:
             assert "testbed" not in rest, (word, rest)
     sources = {src for word, rest in instructions() if word == "COPY"
                and not rest.startswith("--from") for src in rest.split()[:-1]}
-    assert sources == {"pyproject.toml", "README.md", "trio_typha"}
+    assert sources == {"pyproject.toml", "setup.py", "README.md", "trio_typha"}
 
 
 def healthcheck_command() -> list[str]:

@@ -153,7 +153,7 @@ def config_kvs(kind: str, key_name: str, obj: Mapping[str, Any]) -> list[tuple[s
     cluster_info = kind == "ClusterInformation"
     fields = CLUSTER_INFO_FIELDS if cluster_info else FELIX_CONFIG_FIELDS
     spec = obj.get("spec") or {}
-    overrides: dict[str, str] = {}
+    overrides: dict[str, Any] = {}  # as the object has them; emit() checks
     if not cluster_info:
         for k, v in ((obj.get("metadata") or {}).get("annotations") or {}).items():
             if k.startswith(ANNOTATION_PREFIX):

@@ -41,7 +41,9 @@ class GoJSONError(ValueError):
 # --------------------------------------------------------------------------------------------
 # Scalars
 
-_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\<>&\u2028\u2029\ud800-\udfff]')
+# A raw string: re reads the \u escapes, so the source holds no surrogate code points
+# (which mypyc cannot compile).
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\<>&\u2028\u2029\ud800-\udfff]')
 _SIMPLE = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
            "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
            "\u2028": "\\u2028", "\u2029": "\\u2029"}

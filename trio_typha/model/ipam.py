@@ -280,8 +280,8 @@ def _go_decode(t: GoType, v: Any) -> Any:
             raise GoJSONError(f"cannot decode {v!r} into a time")
         try:
             parse_rfc3339(v)
-        except ValueError as exc:
-            raise GoJSONError(str(exc)) from None
+        except ValueError as bad:  # not `exc`: mypyc types a name by its first except
+            raise GoJSONError(str(bad)) from None
         return v
     if isinstance(t, type(STRING)):
         if not isinstance(v, str):

@@ -227,6 +227,7 @@ def mapping(value: Any) -> Mapping[str, Any]:
     return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
-def sorted_map(m: Mapping[str, str]) -> dict[str, str]:
+def sorted_map(m: Mapping[str, Any]) -> dict[str, Any]:
+    # Any values: a damaged object's are checked where they are encoded, not here
     """A Go map field's entries in the order Go marshals them (sorted keys)."""
     return {k: m[k] for k in sorted(m)}

@@ -21,7 +21,7 @@ from .rules import (
     SERVICE_ACCOUNT_LABEL_PREFIX,
     rules_v3_to_v1,
 )
-from .shape import strs
+from .shape import as_str, strs
 
 _POLICY = ROOTS["v1.Policy"]
 _TIER = ROOTS["v1.Tier"]
@@ -47,7 +47,8 @@ def network_policy_value(policy: Mapping[str, Any]) -> dict[str, Any]:
     """``ConvertNetworkPolicyV3ToV1Value`` for a namespaced v3 NetworkPolicy dict."""
     md = policy.get("metadata") or {}
     spec = policy.get("spec") or {}
-    ns = md.get("namespace") or ""
+    # checked here, not only where the value is encoded: the rules are built with it first
+    ns = as_str(md.get("namespace") or "", "metadata.namespace")
     selector = spec.get("selector") or ""
     if ns:
         ns_sel = f"{LABEL_NAMESPACE} == '{ns}'"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.native_parity import convert_golden
 from trio_typha.model import kinds as K
 from trio_typha.model.syncers import DatastoreMode, syncer_definition
 
@@ -32,16 +33,8 @@ def _case_id(case: dict) -> str:
 
 @pytest.mark.parametrize("case", GOLDEN, ids=[_case_id(c) for c in GOLDEN])
 def test_matches_calico(case: dict) -> None:
-    mode = DatastoreMode.KDD if case["mode"] == "kdd" else DatastoreMode.ETCD
-    group = case["group"] if mode is DatastoreMode.KDD else K.CALICO_V3_GROUP
-    definition = syncer_definition(case["syncer"], mode, calico_group=group,
-                                   use_pod_cidr=case["use_pod_cidr"])
-    obj = dict(case["obj"])
-    if group == K.CALICO_CRD_GROUP:
-        obj["apiVersion"] = "crd.projectcalico.org/v1"
-    kind = K.calico_kind(obj["kind"], group)
     got = [[kv.key, kv.value.decode("utf-8"), kv.v3_resource_version]
-           for kv in definition.convert(kind, obj)]
+           for kv in convert_golden(case)]
     assert got == case["kvs"]
 
 
