@@ -205,11 +205,17 @@ class SyncerPipeline:
             batch = [first]
             if self.feed.status is not SyncStatus.IN_SYNC:
                 # The initial list arrives as a stream of single events: gather them for a
-                # moment so they make few, full breadcrumbs (nobody waits on latency yet).
+                # moment so they make few, full breadcrumbs (nobody waits on latency yet),
+                # until the last kind still listing says it is synced: then the cache can
+                # be in sync at once, not a window later (every start's readiness).
+                unsynced = set(self.pending_kinds)
+                _synced(first, unsynced)
                 with trio.move_on_after(self.resync_batch_window), \
                         contextlib.suppress(trio.EndOfChannel):
-                    while len(batch) < self.drain_limit:
-                        batch.append(await recv.receive())
+                    while len(batch) < self.drain_limit and unsynced:
+                        ev = await recv.receive()
+                        batch.append(ev)
+                        _synced(ev, unsynced)
             # Then drain whatever is already queued, without waiting.
             while len(batch) < self.drain_limit:
                 try:
@@ -309,3 +315,9 @@ class SyncerPipeline:
     @property
     def ready(self) -> bool:
         return self.feed.status is SyncStatus.IN_SYNC and not self.denied
+
+
+def _synced(ev: DatastoreEvent, unsynced: set[ResourceKind]) -> None:
+    """Strike ``ev``'s kind off ``unsynced`` when it is the kind's :class:`KindSynced`."""
+    if isinstance(ev, KindSynced):
+        unsynced.discard(ev.kind)
