@@ -32,17 +32,20 @@ one, so every watch stream gets checks of its own, in layers:
     makes the stream suspect.
 
 What follows depends on what the silence means.  A stream that missed a change a new watch
-was given (a KDD cross-check) is resumed from its last revision: the resumed watch replays
-it.  A stream that owes a bookmark, or an etcd stream that ignores its progress requests,
-may sit on a hub that gives new watches nothing either, so the watcher falls back to
-listing in the stream's place (:meth:`StallCheck.enter_fallback`): list now, diff against
-what was sent (the updates and deletions a watch would have carried), watch again from the
-list's revision, and list again every ``deadline`` while the watch still delivers nothing.
-The first delivery - on the stream, or on any other stream of its HTTP/2 connection, which
-shows the hub works - ends the fallback; the watch goes on from where the last list left
-it, with no relist.  A deletion made while the hub is wedged therefore reaches the cache
-within the deadline plus one list once the fallback runs; on Kubernetes, the fallback
-starts within ``bookmark_every`` plus its slack of the stream's last delivery.
+was given (a KDD cross-check), or an etcd stream that ignores its progress requests on a
+connection that answers a PING, is resumed from its last revision on a new stream.  A
+stream that owes a bookmark, or a resumed etcd stream that gets no reply within ``grace``
+(:meth:`StallCheck.expect_reply`: not even its watch's creation), sits on a hub that gives
+new watches nothing either, so the watcher falls back to listing in the stream's place
+(:meth:`StallCheck.enter_fallback`): list now, diff against what was sent (the updates and
+deletions a watch would have carried), watch again from the list's revision, and list
+again every ``deadline`` while the watch still delivers nothing.  The first delivery - on
+the stream, or on any other stream of its HTTP/2 connection, which shows the hub works -
+ends the fallback; the watch goes on from where the last list left it, with no relist.  A
+deletion made while the hub is wedged therefore reaches the cache within the deadline plus
+one list once the fallback runs; the fallback starts, on Kubernetes, within
+``bookmark_every`` plus its slack of the stream's last delivery, on etcd within the
+deadline plus ``grace``.
 
 :class:`WatchBoard` keeps every watch's :class:`StallCheck` for the
 ``typha_watch_progress_age_seconds`` metric and the readiness detail.
