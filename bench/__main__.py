@@ -2,7 +2,7 @@
 
     python -m bench SCENARIO [--protocol typha|grpc] [--clients N] [--rate WRITES_PER_S]
                              [--seconds S] [--cluster small|medium|large]
-                             [--datastore memory|etcdv3] [--workers N] [--drain S]
+                             [--datastore memory|etcdv3|kubernetes] [--workers N] [--drain S]
                              [--workers-list 2,4] [--tls] [--json]
 
 Scenarios (one configuration per run: peak RSS is a process's, so each run is fresh):
@@ -21,9 +21,10 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
 * ``memory``: RSS of the server with the cluster loaded, with N clients (``--clients 0``
   for none).
 * ``startup``: the cluster in the test bed's Kubernetes API server until every pipeline is
-  InSync (``bench/kdd_startup.py``): wall, CPU, peak RSS.  With ``--datastore etcdv3``: the
-  cluster in a real etcd, each Typha's process from its start to ready, ``--repeats``
-  times interleaved with Go Typha's when ``--go-typha`` names it (``bench/etcd_startup.py``).
+  InSync (``bench/kdd_startup.py``, the daemon in the bench's own process): wall, CPU, peak
+  RSS.  With ``--datastore etcdv3`` (a real etcd) or ``kubernetes`` (the test bed's API
+  server): each Typha's own process from its start to ready, ``--repeats`` times interleaved
+  with Go Typha's when ``--go-typha`` names it (``bench/etcd_startup.py``).
 * ``quiet``: what each Typha costs the datastore (``--datastore kubernetes|etcdv3``) in a
   ``--seconds`` window after ``--settle`` (optionally under ``--churn`` writes/s), counted
   at a proxy in front of it: connections, requests, watch streams, PINGs, bytes, datastore
@@ -212,13 +213,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="quiet: seconds after a Typha starts (or until it is ready, if "
                    "later) before the window")
     p.add_argument("--go-typha", metavar="PATH",
-                   help="quiet, startup --datastore etcdv3: Go Typha's binary, measured "
+                   help="quiet, startup --datastore etcdv3|kubernetes: Go Typha's binary, measured "
                    "beside trio-typha in the same run")
     p.add_argument("--baseline", metavar="TREE",
-                   help="startup --datastore etcdv3: another trio-typha source tree run in "
+                   help="startup --datastore etcdv3|kubernetes: another trio-typha source tree run in "
                    "the same rotation (before/after in one sitting)")
     p.add_argument("--repeats", type=int, default=3,
-                   help="startup --datastore etcdv3: runs of each Typha (interleaved)")
+                   help="startup --datastore etcdv3|kubernetes: runs of each Typha (interleaved)")
     p.add_argument("--workers", type=int, default=1,
                    help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
     p.add_argument("--workers-list", default="2,4",
@@ -237,7 +238,9 @@ def main(argv: list[str] | None = None) -> None:
             setattr(args, key, value)
     if args.datastore is None:
         args.datastore = "kubernetes" if args.scenario == "quiet" else "memory"
-    allowed = ("kubernetes", "etcdv3") if args.scenario == "quiet" else ("memory", "etcdv3")
+    allowed = (("kubernetes", "etcdv3") if args.scenario == "quiet"
+               else ("memory", "etcdv3", "kubernetes") if args.scenario == "startup"
+               else ("memory", "etcdv3"))
     if args.datastore not in allowed:
         p.error(f"{args.scenario} takes --datastore {' or '.join(allowed)}")
     if args.scenario == "steady" and (args.rate <= 0 or args.seconds <= 0):
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             print(json.dumps(result))
         return
-    if args.scenario == "startup" and args.datastore == "etcdv3":
+    if args.scenario == "startup" and args.datastore in ("etcdv3", "kubernetes"):
         import etcd_startup
         result = etcd_startup.main(args)
         if args.json:

@@ -1,11 +1,13 @@
-"""Start to ready on a real etcd, trio-typha beside Go Typha in one sitting:
+"""Start to ready on a real etcd or the test bed's Kubernetes API server, trio-typha beside
+Go Typha in one sitting:
 
-    python -m bench startup --datastore etcdv3 --cluster medium [--repeats 3] \\
+    python -m bench startup --datastore etcdv3|kubernetes --cluster medium [--repeats 3] \\
         [--workers N] [--go-typha PATH] [--baseline TREE] --json
 
 One etcd (``tests/etcd_server.py``) is loaded with the cluster as Calico v3 resources
-(``bench/etcd_cluster.py``); then each Typha is started as its own process straight against
-it (no proxy: a proxy in Python would tax both on this machine), ``--repeats`` times,
+(``bench/etcd_cluster.py``), or the test bed's API server in a child process is seeded with
+it (``bench/kdd_startup.py --serve-apiserver``, as ``quiet`` runs it); then each Typha is
+started as its own process straight against it (no proxy: a proxy in Python would tax both on this machine), ``--repeats`` times,
 interleaved (trio, Go, trio, Go, ...) so neighbouring runs share the machine's state.  For
 each run: wall time from the process's start to its first 200 on ``/readiness`` (polled every
 20 ms), the CPU of the process and its children (ServerWorkers' workers) by then, and their
@@ -37,7 +39,15 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from quiet import check_go_typha, etcd_datastore, free_port, stop, wait_ready  # noqa: E402
+from quiet import (  # noqa: E402
+    Datastore,
+    check_go_typha,
+    etcd_datastore,
+    free_port,
+    kubernetes_datastore,
+    stop,
+    wait_ready,
+)
 
 POLL_S = 0.02
 
@@ -72,15 +82,13 @@ def _hwm_mib(pid: int) -> float:
     return 0.0
 
 
-def _env(etcd_port: int, health: int, workers: int,
+def _env(ds: Datastore, health: int, workers: int,
          pycache: str | None = None) -> dict[str, str]:
-    url = f"http://127.0.0.1:{etcd_port}"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if pycache:
         env["PYTHONPYCACHEPREFIX"] = pycache
-    return {**env,
-            "TYPHA_DATASTORETYPE": "etcdv3", "DATASTORE_TYPE": "etcdv3",
-            "TYPHA_ETCDENDPOINTS": url, "ETCD_ENDPOINTS": url,
+    # straight at the datastore's own port (no counting proxy)
+    return {**env, **ds.typha_env(ds.port),
             "TYPHA_SERVERHOST": "127.0.0.1", "TYPHA_SERVERPORT": str(free_port()),
             "TYPHA_HEALTHENABLED": "true", "TYPHA_HEALTHHOST": "127.0.0.1",
             "TYPHA_HEALTHPORT": str(health), "TYPHA_LOGSEVERITYSCREEN": "INFO",
@@ -100,12 +108,12 @@ def compile_package(pycache: str, tree: str | None = None) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-async def one_run(command: list[str], etcd_port: int, workers: int,
+async def one_run(command: list[str], ds: Datastore, workers: int,
                   log: Path, pycache: str | None = None,
                   tree: str | None = None) -> dict[str, Any]:
     health = free_port()
     t0 = trio.current_time()
-    env = _env(etcd_port, health, workers, pycache)
+    env = _env(ds, health, workers, pycache)
     with log.open("ab") as out:
         # ``python -m`` puts its working directory first on sys.path: run in ``tree`` and
         # its package is the one imported, ahead of this checkout's editable install.
@@ -138,14 +146,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.go_typha:
         typhas.append(("go_typha", [args.go_typha], None))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in typhas}
-    async with etcd_datastore(args.cluster) as ds:
+    opener = kubernetes_datastore if args.datastore == "kubernetes" else etcd_datastore
+    async with opener(args.cluster) as ds:
         for _ in range(args.repeats):
             for name, command, tree in typhas:
                 workers = 1 if name == "go_typha" else args.workers
-                runs[name].append(await one_run(command, ds.port, workers,
+                runs[name].append(await one_run(command, ds, workers,
                                                 ds.workdir / f"{name}.log",
                                                 args.pycache, tree))
-        result: dict[str, Any] = {"scenario": "startup", "datastore": "etcdv3",
+        result: dict[str, Any] = {"scenario": "startup", "datastore": args.datastore,
                                   "cluster": args.cluster, "objects": ds.objects,
                                   "workers": args.workers, "repeats": args.repeats,
                                   "logs": str(ds.workdir)}
@@ -163,7 +172,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     names = [n for n in ("trio_typha", "trio_typha_baseline", "go_typha") if n in result]
-    rows = [f"startup: etcdv3 {result['cluster']} ({result['objects']} objects), "
+    rows = [f"startup: {result['datastore']} {result['cluster']} ({result['objects']} objects), "
             f"{result['repeats']} runs each, ServerWorkers={result['workers']}"]
     for key in ("ready_s", "cpu_s", "peak_rss_mib"):
         cells = [f"{n}: {result[n][key]['min']}-{result[n][key]['max']} "

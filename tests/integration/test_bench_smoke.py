@@ -118,11 +118,14 @@ def test_steady_on_etcd() -> None:
     assert row["writes"] > 0 and row["delivered_fraction"] == 1.0
 
 
-@pytest.mark.etcd
-def test_startup_on_etcd() -> None:
-    """bench/etcd_startup.py: the daemon's own process from start to ready on etcd."""
-    result = run_bench("startup", "--datastore", "etcdv3", "--cluster", "tiny",
+@pytest.mark.parametrize("datastore", [pytest.param("etcdv3", marks=pytest.mark.etcd),
+                                       "kubernetes"])
+def test_startup_as_a_process(datastore: str) -> None:
+    """bench/etcd_startup.py: the daemon's own process from start to ready on etcd, or on
+    the test bed's Kubernetes API server."""
+    result = run_bench("startup", "--datastore", datastore, "--cluster", "tiny",
                        "--repeats", "1")
+    assert result["datastore"] == datastore
     trio = result["trio_typha"]
     assert result["objects"] > 0 and len(trio["runs"]) == 1
     assert trio["ready_s"]["min"] > 0 and trio["cpu_s"]["min"] > 0
