@@ -6,9 +6,12 @@ The daemon (memory datastore) runs in this process, so its RSS is this process's
 clients run in separate processes, all started at once: half Go gob clients (``gobtool
 fleet`` from tests/gotools, calico-node's decoder), half gRPC clients on trio_typha's own h2
 client (``python -m testbed.fleet_bench``).  Reports how long until every client was
-accepted and in sync, then holds them for ``--hold`` seconds under light churn with pings
+accepted and in sync, how many never got there (``not_in_sync_at_sync``), how long each
+waited for its first message (``first_message_wait``: a calico-node whose first read waits
+30 s, its ``TyphaReadTimeout``, gives up and reconnects into the storm), then holds them for ``--hold`` seconds under light churn with pings
 every ``--ping-interval`` and reports pings answered (pongs the server timed), sessions still
-connected at the end (none may be dropped), and server RSS per connection.  Then every
+connected at the end (none may be dropped), clients not in sync at the end by their own
+account (``not_in_sync_at_end``), and server RSS per connection.  Then every
 client leaves and the server's RSS is read again (``rss_after_leave_mib``), and again after a
 collection and a ``malloc_trim`` done by the bench itself.
 """
@@ -36,6 +39,23 @@ from trio_typha.daemon import Daemon  # noqa: E402
 from trio_typha.datastore.churn import Churn  # noqa: E402
 from trio_typha.server.fdlimit import raise_nofile_limit  # noqa: E402
 from trio_typha.server.memtrim import CHECK_INTERVAL, MALLOC_TRIM  # noqa: E402
+
+#: calico-node's default TyphaReadTimeout: a first message later than this is a reconnect.
+READ_TIMEOUT_S = 30.0
+
+
+def first_wait_summary(waits: list[float]) -> dict:
+    """The clients' waits for their first message (-1: none came): max, quantiles, how
+    many waited at least calico-node's read timeout, how many got nothing."""
+    got = sorted(w for w in waits if w >= 0)
+
+    def q(f: float) -> float | None:
+        return round(got[min(len(got) - 1, int(f * len(got)))], 2) if got else None
+
+    return {"clients": len(waits), "max_s": round(got[-1], 2) if got else None,
+            "p50_s": q(0.5), "p99_s": q(0.99),
+            "waited_30s_or_more": sum(w >= READ_TIMEOUT_S for w in got),
+            "no_first_message": len(waits) - len(got)}
 
 
 def _pongs(daemon: Daemon) -> int:
@@ -65,14 +85,22 @@ async def run(args: argparse.Namespace) -> dict:
         result["server_rss_before_clients_mib"] = round(rss_idle, 1)
         t0 = trio.current_time()
         cpu0 = cpu_seconds()
-        fleet = ClientFleet(
-            fleet_commands("typha", "go", port, gob, args.procs, gobtool=gobtool,
-                           hostname="gob")
-            + fleet_commands("grpc", "h2", port, grpc, args.procs, hostname="grpc"))
-        errors_at_sync = await fleet.in_sync_errors()
+        gob_commands = fleet_commands("typha", "go", port, gob, args.procs, gobtool=gobtool,
+                                      hostname="gob")
+        gob_procs = len(gob_commands)
+        fleet = ClientFleet(gob_commands
+                            + fleet_commands("grpc", "h2", port, grpc, args.procs,
+                                             hostname="grpc"))
+        lines = await fleet.in_sync()
         result["all_in_sync_s"] = round(trio.current_time() - t0, 2)
         result["connect_cpu_s"] = round(cpu_seconds() - cpu0, 2)
-        result["client_errors_at_sync"] = errors_at_sync[:10]
+        result["client_errors_at_sync"] = [e for line in lines
+                                           for e in line.get("errors", [])][:10]
+        result["not_in_sync_at_sync"] = sum(line.get("not_in_sync", 0) for line in lines)
+        result["first_message_wait"] = {
+            name: first_wait_summary([w for line in group for w in line.get("first_waits", [])])
+            for name, group in (("all", lines), ("gob", lines[:gob_procs]),
+                                ("grpc", lines[gob_procs:]))}
         result["sessions_in_sync"] = len(daemon.ctx.sessions)
         result["connections_accepted"] = len(daemon.connections)
         rss_loaded = current_rss_mib()
@@ -80,24 +108,27 @@ async def run(args: argparse.Namespace) -> dict:
         result["rss_per_connection_kib"] = result["rss_per_conn_kib"] = round(
             (rss_loaded - rss_idle) * 1024 / max(len(daemon.connections), 1), 1)
         pongs0 = _pongs(daemon)
-        churn = Churn(store, args.rate, policy_fraction=0.0)
+        # No churn at --rate 0 (Churn refuses a rate that is not positive).
+        churn = Churn(store, args.rate, policy_fraction=0.0) if args.rate > 0 else None
         low = len(daemon.ctx.sessions)
         with trio.move_on_after(args.hold):
             async with trio.open_nursery() as hold:
-                if args.rate > 0:
+                if churn is not None:
                     hold.start_soon(churn.run)
                 while True:
                     await trio.sleep(1)
                     low = min(low, len(daemon.ctx.sessions))
-        result["churn_writes"] = churn.writes
+        result["churn_writes"] = churn.writes if churn is not None else 0
         result["pongs_during_hold"] = _pongs(daemon) - pongs0
         result["pongs_expected_about"] = int(args.clients * args.hold / args.ping_interval)
         result["sessions_min_during_hold"] = low
         result["sessions_at_end"] = len(daemon.ctx.sessions)
         result["dropped"] = args.clients - result["sessions_at_end"]
         result["server_rss_end_mib"] = round(current_rss_mib(), 1)
-        result["client_errors"] = [e for done in await fleet.done()
-                                   for e in done.get("errors", [])][:10]
+        done = await fleet.done()
+        result["client_errors"] = [e for d in done for e in d.get("errors", [])][:10]
+        result["not_in_sync_at_end"] = args.clients - sum(d.get("in_sync_at_end", 0)
+                                                          for d in done)
         result.update(await leave_and_measure(daemon, rss_idle, args.leave_wait))
         result["server_cpu_total_s"] = round(cpu_seconds(), 2)
         result["server_peak_rss_mib"] = round(rss_peak_mib(), 1)

@@ -9,6 +9,8 @@ Every agent dials at once.  On stdout: ``{"event": "in_sync", ...}`` once every 
 sync or has failed (or ``--sync-timeout`` passed: the rest are reported), then
 ``{"event": "count", "stamped": N}`` for each line read from stdin (churn-stamped updates
 received in sync so far), and ``{"event": "done", "delays": [...], ...}`` when stdin closes.
+The ``in_sync`` line has each agent's wait for its first message (``first_waits``), the
+``done`` line how many were still in sync (``in_sync_at_end``), as the Go fleet's do.
 Each agent connects once; one whose connection fails or ends is counted (``lost``) and its
 error reported.
 """
@@ -59,13 +61,17 @@ async def run(args: argparse.Namespace) -> None:
                "keys_min": min(len(a.kvs) for a in group.agents) if group.agents else 0,
                "not_in_sync": len(stuck),
                "stuck": [{"agent": a.spec.name, "status": a.status.name} for a in stuck][:5],
-               "errors": _errors(group)})
+               "errors": _errors(group),
+               # Seconds from the start to each agent's first message (-1: none came).
+               "first_waits": [round(a.connects[0] - a.started_at, 3) if a.connects else -1
+                               for a in group.agents]})
         stdin = trio.lowlevel.FdStream(os.dup(0))
         while data := await stdin.receive_some(4096):
             for _ in range(data.count(b"\n")):
                 _line({"event": "count", "stamped": len(group.delays)})
+        in_sync_at_end = sum(a.in_sync for a in group.agents)
         nursery.cancel_scope.cancel()
-    _line({"event": "done", "delays": group.delays,
+    _line({"event": "done", "in_sync_at_end": in_sync_at_end, "delays": group.delays,
            "updates": sum(a.updates for a in group.agents),
            "lost": sum(bool(a.failures or a.drops) for a in group.agents),
            "errors": _errors(group)})

@@ -55,8 +55,14 @@ type fleet struct {
 	errors  []string
 	updates int64
 	delays  []float64
+	// firsts: seconds from the fleet's start to each member's first message (its
+	// MsgServerHello), or -1 for a member that never got one: a calico-node whose first
+	// read waits longer than its read timeout gives up and reconnects.
+	firsts    []float64
+	notSynced int // members that ended without reaching in sync
 
-	stamped atomic.Int64 // churn-stamped updates received in sync so far, for count lines
+	stamped   atomic.Int64 // churn-stamped updates received in sync so far, for count lines
+	inSyncNow atomic.Int64 // members in sync and still connected
 }
 
 // runFleet implements `gobtool fleet`: it prints {"event":"in_sync",...} once every
@@ -87,19 +93,21 @@ func runFleet(args []string) int {
 	}
 	out := json.NewEncoder(os.Stdout)
 	f := &fleet{start: time.Now(), open: map[net.Conn]struct{}{}, errors: []string{},
-		delays: []float64{}}
+		delays: []float64{}, firsts: make([]float64, *n)}
 	f.synced.Add(*n)
 	f.members.Add(*n)
 	for i := 0; i < *n; i++ {
 		hello := helloOptions{Syncer: *syncer, Hostname: fmt.Sprintf("%s-%d", *hostname, i),
 			Legacy: *legacy, ConnID: 0x4242000000000000 + uint64(i) + 1}
-		go f.member(*addr, tlsConfig, hello, *readTimeout)
+		f.firsts[i] = -1
+		go f.member(i, *addr, tlsConfig, hello, *readTimeout)
 	}
 
 	f.synced.Wait()
 	f.mu.Lock()
 	inSync := map[string]any{"event": "in_sync", "seconds": f.slowest.Seconds(),
-		"errors": firstErrors(f.errors)}
+		"errors": firstErrors(f.errors), "not_in_sync": f.notSynced,
+		"first_waits": append([]float64(nil), f.firsts...)}
 	f.mu.Unlock()
 	if err := out.Encode(inSync); err != nil {
 		return 1
@@ -111,10 +119,11 @@ func runFleet(args []string) int {
 			return 1
 		}
 	}
+	inSyncAtEnd := f.inSyncNow.Load()
 	f.closeAll()
 	f.members.Wait()
 	done := map[string]any{"event": "done", "delays": f.delays, "updates": f.updates,
-		"errors": firstErrors(f.errors)}
+		"errors": firstErrors(f.errors), "in_sync_at_end": inSyncAtEnd}
 	if err := out.Encode(done); err != nil {
 		return 1
 	}
@@ -131,12 +140,14 @@ func firstErrors(errs []string) []string {
 // member runs one connection.  It keeps no KV map (a fleet of thousands would hold
 // thousands of copies of the cluster): it counts updates and, once in sync, notes the
 // churn delay of each update that carries a churn stamp.
-func (f *fleet) member(addr string, tlsConfig *tls.Config, hello helloOptions,
+func (f *fleet) member(index int, addr string, tlsConfig *tls.Config, hello helloOptions,
 	readTimeout time.Duration) {
 	defer f.members.Done()
 	inSync := false
+	gotFirst := false
 	markSynced := func() {
 		inSync = true
+		f.inSyncNow.Add(1)
 		f.mu.Lock()
 		if d := time.Since(f.start); d > f.slowest {
 			f.slowest = d
@@ -151,6 +162,12 @@ func (f *fleet) member(addr string, tlsConfig *tls.Config, hello helloOptions,
 	if err == nil {
 		if f.track(conn) {
 			err = session(conn, hello, readTimeout, func(msg any) (bool, error) {
+				if !gotFirst {
+					gotFirst = true
+					f.mu.Lock()
+					f.firsts[index] = time.Since(f.start).Seconds()
+					f.mu.Unlock()
+				}
 				switch m := msg.(type) {
 				case sp.MsgKVs:
 					now := time.Now().UnixNano()
@@ -172,6 +189,9 @@ func (f *fleet) member(addr string, tlsConfig *tls.Config, hello helloOptions,
 				return false, nil
 			})
 		}
+		if inSync {
+			f.inSyncNow.Add(-1)
+		}
 		f.untrack(conn)
 	}
 
@@ -183,7 +203,14 @@ func (f *fleet) member(addr string, tlsConfig *tls.Config, hello helloOptions,
 	}
 	f.mu.Unlock()
 	if !inSync {
-		markSynced() // a failed member must not hold up the in_sync line; its error is there
+		// A failed member must not hold up the in_sync line; its error is there.
+		f.mu.Lock()
+		f.notSynced++
+		if d := time.Since(f.start); d > f.slowest {
+			f.slowest = d
+		}
+		f.mu.Unlock()
+		f.synced.Done()
 	}
 }
 
