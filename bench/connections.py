@@ -19,6 +19,7 @@ collection and a ``malloc_trim`` done by the bench itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sys
@@ -33,7 +34,7 @@ from _common import (  # noqa: E402
     report,
     rss_peak_mib,
 )
-from fanout import ClientFleet, build_gobtool, fleet_commands  # noqa: E402
+from fanout import ClientFleet, GcPauses, build_gobtool, fleet_commands  # noqa: E402
 
 from trio_typha.daemon import Daemon  # noqa: E402
 from trio_typha.datastore.churn import Churn  # noqa: E402
@@ -58,6 +59,35 @@ def first_wait_summary(waits: list[float]) -> dict:
             "no_first_message": len(waits) - len(got)}
 
 
+def tcp_memory_pages() -> tuple[int, int]:
+    """The kernel's TCP buffer memory now (pages, every socket on the machine) and its
+    pressure threshold (tcp_mem's middle value): past it, the kernel throttles every TCP
+    socket's buffers, and a storm's writes and reads crawl."""
+    used = pressure = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/net/sockstat") as fh:
+            for line in fh:
+                if line.startswith("TCP:"):
+                    f = line.split()
+                    used = int(f[f.index("mem") + 1])
+        with open("/proc/sys/net/ipv4/tcp_mem") as fh:
+            pressure = int(fh.read().split()[1])
+    return used, pressure
+
+
+async def sample_tcp_memory(out: dict, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Keep ``out["tcp_mem_peak_mib"]`` at the highest TCP buffer memory seen."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    _, pressure = tcp_memory_pages()
+    out["tcp_mem_pressure_mib"] = round(pressure * page / 2**20, 1)
+    out["tcp_mem_peak_mib"] = 0.0
+    task_status.started()
+    while True:
+        used, _ = tcp_memory_pages()
+        out["tcp_mem_peak_mib"] = max(out["tcp_mem_peak_mib"], round(used * page / 2**20, 1))
+        await trio.sleep(0.5)
+
+
 def _pongs(daemon: Daemon) -> int:
     """Pong round trips the server has timed, over every syncer (typha_ping_latency count)."""
     total = 0.0
@@ -72,12 +102,15 @@ async def run(args: argparse.Namespace) -> dict:
     grpc = args.clients - gob
     result: dict = {"bench": "connections", "clients": args.clients, "gob": gob, "grpc": grpc,
                     "cluster": args.cluster, "hold_s": args.hold,
+                    "max_snapshot_sends": args.max_snapshot_sends,
                     "ping_interval_s": args.ping_interval, "churn_rate": args.rate}
     gobtool = build_gobtool()
     async with memory_daemon(args.cluster, ServerPingIntervalSecs=str(args.ping_interval),
                              CacheWakeIntervalSecs=str(args.wake_interval),
                              MaxConnectionsUpperLimit=str(max(10000, 2 * args.clients)),
-                             LogSeverityScreen="WARNING") as server:
+                             LogSeverityScreen="WARNING",
+                             **({"ServerMaxSnapshotSends": str(args.max_snapshot_sends)}
+                                if args.max_snapshot_sends is not None else {})) as server:
         daemon, store = server.daemon, server.store
         result["objects"] = server.objects
         port = daemon.ports["server"]
@@ -91,9 +124,16 @@ async def run(args: argparse.Namespace) -> dict:
         fleet = ClientFleet(gob_commands
                             + fleet_commands("grpc", "h2", port, grpc, args.procs,
                                              hostname="grpc"))
-        lines = await fleet.in_sync()
+        pauses = GcPauses()
+        tcp: dict = {}
+        async with trio.open_nursery() as sampling:
+            await sampling.start(sample_tcp_memory, tcp)
+            lines = await fleet.in_sync()
+            sampling.cancel_scope.cancel()
         result["all_in_sync_s"] = round(trio.current_time() - t0, 2)
         result["connect_cpu_s"] = round(cpu_seconds() - cpu0, 2)
+        result["connect_gc_pauses"] = pauses.summary()
+        result["connect_tcp_memory"] = tcp
         result["client_errors_at_sync"] = [e for line in lines
                                            for e in line.get("errors", [])][:10]
         result["not_in_sync_at_sync"] = sum(line.get("not_in_sync", 0) for line in lines)
@@ -164,6 +204,8 @@ def main() -> None:
     p.add_argument("--ping-interval", type=float, default=10.0)
     p.add_argument("--rate", type=float, default=5.0, help="churn writes/s while holding")
     p.add_argument("--wake-interval", type=float, default=0.2)
+    p.add_argument("--max-snapshot-sends", type=int,
+                   help="the server's ServerMaxSnapshotSends (default: its own; 0: no limit)")
     p.add_argument("--leave-wait", type=float, default=2 * CHECK_INTERVAL + 1,
                    help="seconds after the last client left before RSS is read")
     report(trio.run(run, p.parse_args()))

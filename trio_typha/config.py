@@ -443,6 +443,12 @@ class Config:
     server_max_concurrent_streams: int = param(
         "ServerMaxConcurrentStreams", _int(1, 1 << 20), 16,
         "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS", own=True)
+    # See trio_typha/sessions/snapshot_turns.py; Typha has no such parameter.
+    server_max_snapshot_sends: int = param(
+        "ServerMaxSnapshotSends", _int(0, 1 << 20), 32,
+        "snapshots being sent at once, over every connection; the others wait their turn "
+        "in arrival order, their hello read and first message written (0: no limit)",
+        own=True)
     server_drain_timeout_secs: float = param(
         "ServerDrainTimeoutSecs", _seconds, 10.0,
         "after GOAWAY, how long HTTP/2 streams may finish", own=True)

@@ -26,6 +26,7 @@ from trio_typha.protocols.gob.messages import (
     MsgSyncStatus,
 )
 from trio_typha.protocols.gob.session import (
+    AwaitTurn,
     Close,
     GraceUsed,
     Phase,
@@ -81,12 +82,20 @@ def decode_snappy(data: bytes) -> list[object]:
     return decode(plain)
 
 
+def admit(s: ServerSession, hello_bytes: bytes, now: float) -> list[object]:
+    """The hello, then its turn at once: the actions after the turn."""
+    assert s.receive_data(hello_bytes, now)[1:] == [AwaitTurn()]
+    return list(s.turn_started(now))
+
+
 def test_modern_handshake_in_order() -> None:
     s, c = new_session(), Client()
-    [send] = s.receive_data(c(MODERN), now=1.0)
-    assert isinstance(send, Send) and s.phase is Phase.AWAIT_ACK1
-    assert decode(send.data) == [
-        MsgServerHello("v-test", "felix", True, 0xABC),
+    send, turn = s.receive_data(c(MODERN), now=1.0)
+    assert isinstance(send, Send) and turn == AwaitTurn() and s.phase is Phase.QUEUED
+    assert decode(send.data) == [MsgServerHello("v-test", "felix", True, 0xABC)]
+    [restart] = s.turn_started(now=1.0)
+    assert isinstance(restart, Send) and s.phase is Phase.AWAIT_ACK1
+    assert decode(encode_once.STREAM_PREFIX + restart.data) == [
         MsgDecoderRestart("enable compression: snappy;send binary snapshot", "snappy")]
     assert s.deadline == 1.0 + SETTINGS.pong_timeout
     assert s.receive_data(c(MsgACK()), now=2.0) == [SendSnapshot(compressed=True)]
@@ -102,7 +111,7 @@ def test_modern_handshake_in_order() -> None:
 
 def test_ack2_may_arrive_before_the_snapshot_write_is_reported() -> None:
     s, c = new_session(), Client()
-    s.receive_data(c(MODERN), 0)
+    admit(s, c(MODERN), 0)
     s.receive_data(c(MsgACK()), 0)
     assert s.receive_data(c(MsgACK()), 1) == []
     assert s.snapshot_sent(2) == [Send(encode_once.SNAPPY_STREAM_START), StartStreaming()]
@@ -110,7 +119,7 @@ def test_ack2_may_arrive_before_the_snapshot_write_is_reported() -> None:
 
 def test_a_third_ack_is_refused() -> None:
     s, c = new_session(), Client()
-    s.receive_data(c(MODERN), 0)
+    admit(s, c(MODERN), 0)
     s.receive_data(c(MsgACK()), 0)
     s.receive_data(c(MsgACK()), 0)
     [close] = s.receive_data(c(MsgACK()), 0)
@@ -119,9 +128,11 @@ def test_a_third_ack_is_refused() -> None:
 
 def test_legacy_handshake_streams_plainly() -> None:
     s, c = new_session(), Client()
-    send, snap = s.receive_data(c(LEGACY), now=0)
+    send, turn = s.receive_data(c(LEGACY), now=0)
     assert decode(send.data) == [MsgServerHello("v-test", "bgp", True, 0xABC)]
-    assert snap == SendSnapshot(compressed=False) and s.deadline == float("inf")
+    assert turn == AwaitTurn()
+    assert s.turn_started(now=0) == [SendSnapshot(compressed=False)]
+    assert s.deadline == float("inf")
     assert s.snapshot_sent(now=5) == [StartStreaming()]
     assert not s.compressed and s.deadline == 5 + SETTINGS.pong_timeout
 
@@ -134,8 +145,9 @@ def test_legacy_handshake_streams_plainly() -> None:
                    supports_modern_policy_keys=True),
 ])
 def test_no_restart_without_snappy_and_restart_support(hello: MsgClientHello) -> None:
-    send, snap = new_session().receive_data(Client()(hello), now=0)
-    assert snap == SendSnapshot(compressed=False)
+    s = new_session()
+    send, _ = s.receive_data(Client()(hello), now=0)
+    assert s.turn_started(now=0) == [SendSnapshot(compressed=False)]
     assert decode(send.data) == [MsgServerHello("v-test", "felix", True, 0xABC)]
 
 
@@ -168,7 +180,7 @@ def test_hello_fed_one_byte_at_a_time() -> None:
     actions = []
     for i in range(len(data)):
         actions += s.receive_data(data[i:i + 1], now=0)
-    assert [type(a) for a in actions] == [Send]
+    assert [type(a) for a in actions] == [Send, AwaitTurn]
 
 
 def test_garbage_and_oversized_messages_close() -> None:
@@ -182,13 +194,15 @@ def test_garbage_and_oversized_messages_close() -> None:
 
 @pytest.mark.parametrize(("steps", "phase_reason"), [
     (0, "handshake timeout"),
-    (1, "no MsgACK"),
-    (3, "no MsgACK"),
-    (4, "no MsgPong"),
+    (1, "while waiting to be sent the snapshot"),
+    (2, "no MsgACK"),
+    (4, "no MsgACK"),
+    (5, "no MsgPong"),
 ])
 def test_timers_per_phase(steps: int, phase_reason: str) -> None:
     s, c = new_session(), Client()
-    script = [lambda: s.receive_data(c(MODERN), 0), lambda: s.receive_data(c(MsgACK()), 0),
+    script = [lambda: s.receive_data(c(MODERN), 0), lambda: s.turn_started(0),
+              lambda: s.receive_data(c(MsgACK()), 0),
               lambda: s.snapshot_sent(0), lambda: s.receive_data(c(MsgACK()), 0)]
     for step in script[:steps]:
         step()
@@ -200,7 +214,7 @@ def test_timers_per_phase(steps: int, phase_reason: str) -> None:
 
 def streaming_session(compressed: bool = True) -> tuple[ServerSession, Client]:
     s, c = new_session(), Client()
-    s.receive_data(c(MODERN if compressed else LEGACY), 0)
+    admit(s, c(MODERN if compressed else LEGACY), 0)
     if compressed:
         s.receive_data(c(MsgACK()), 0)
         s.snapshot_sent(0)
@@ -240,7 +254,7 @@ def test_only_pongs_while_streaming(msg: object) -> None:
 
 def test_legacy_pong_during_snapshot_is_fine_but_starts_no_timer() -> None:
     s, c = new_session(), Client()
-    s.receive_data(c(LEGACY), 0)
+    admit(s, c(LEGACY), 0)
     assert s.receive_data(c(MsgPong()), 1) == []
     assert s.deadline == float("inf")
 
@@ -307,3 +321,43 @@ def test_collect_batch() -> None:
     assert collect_batch(crumbs[0], newest, min_batching_age=0.5, max_updates=10) == crumbs[:3]
     # ...or until a young one
     assert collect_batch(crumbs[5], newest, min_batching_age=0.5, max_updates=100) == crumbs[5:]
+
+
+def test_a_queued_session_is_pinged_on_the_plain_stream_and_takes_pongs() -> None:
+    """Waiting for its turn, a session pings plainly (the client's decoder has not been
+    restarted yet) and its pong deadline applies; a pong may still come after the restart,
+    before ACK#1."""
+    s, c = new_session(), Client()
+    s.receive_data(c(MODERN), 0)
+    assert s.phase is Phase.QUEUED and 10 <= s.next_ping_at <= 11
+    assert s.deadline == SETTINGS.pong_timeout
+    now = s.next_ping_at
+    assert s.ping_due(now)
+    stamp = GoTime.from_unix_ns(1_700_000_000 * 10**9, offset=0)
+    assert decode(encode_once.STREAM_PREFIX + s.ping(now, stamp)) == [MsgPing(stamp)]
+    assert s.receive_data(c(MsgPong(ping_timestamp=stamp)), now + 1) == []
+    assert s.deadline == now + 1 + SETTINGS.pong_timeout and s.pongs == 1
+    later = GoTime.from_unix_ns(1_700_000_020 * 10**9, offset=0)
+    s.ping(now + 20, later)
+    [restart] = s.turn_started(now + 20.5)
+    assert isinstance(restart, Send) and s.phase is Phase.AWAIT_ACK1
+    assert not s.ping_due(now + 1000)
+    assert s.receive_data(c(MsgPong(ping_timestamp=later)), now + 21) == []
+    assert s.receive_data(c(MsgACK()), now + 22) == [SendSnapshot(compressed=True)]
+
+
+@pytest.mark.parametrize("msg", [MsgACK(), MODERN, None])
+def test_only_pongs_while_queued(msg: object) -> None:
+    s, c = new_session(), Client()
+    s.receive_data(c(MODERN), 0)
+    [close] = s.receive_data(c(msg), 1)
+    assert "expected MsgPong" in close.reason and s.phase is Phase.CLOSED
+
+
+def test_a_turn_only_starts_a_queued_session() -> None:
+    s, c = new_session(), Client()
+    with pytest.raises(RuntimeError):
+        s.turn_started(0)
+    admit(s, c(MODERN), 0)
+    with pytest.raises(RuntimeError):
+        s.turn_started(0)

@@ -15,6 +15,7 @@ from ..observe.throttle import LogThrottle
 from .budgets import SharedBudgets
 from .connections import ConnectionRegistry, Session
 from .settings import ServerSettings
+from .snapshot_gate import SnapshotGate
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,19 @@ class ServerContext:
     budgets: SharedBudgets = field(default_factory=SharedBudgets)
     #: Hello lines: a burst per peer host per interval (a peer can start syncs at will).
     hello_log: LogThrottle = field(default_factory=lambda: LogThrottle(10.0, burst=10))
+    #: Turns at sending a snapshot (``settings.max_snapshot_sends`` at once); made from the
+    #: settings when not given.
+    snapshot_gate: SnapshotGate | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot_gate is None:
+            self.snapshot_gate = SnapshotGate(self.settings.max_snapshot_sends)
+
+    @property
+    def snapshots(self) -> SnapshotGate:
+        """The process's snapshot turns (every protocol's sessions share them)."""
+        assert self.snapshot_gate is not None
+        return self.snapshot_gate
 
     @property
     def sessions(self) -> dict[int, Session]:

@@ -38,6 +38,7 @@ class ServerSettings:
     drain_timeout: float = from_param("ServerDrainTimeoutSecs")
     h2_idle_timeout: float = from_param("ServerH2IdleTimeoutSecs")
     resume_digest_budget: int = from_param("ResumeDigestBudget")
+    max_snapshot_sends: int = from_param("ServerMaxSnapshotSends")
     #: Bytes; a bigger client message is a protocol error (not configurable, as in Typha).
     max_inbound_message: int = 1 << 20
 
@@ -54,7 +55,8 @@ class ServerSettings:
             max_concurrent_streams=cfg.server_max_concurrent_streams,
             drain_timeout=cfg.server_drain_timeout_secs,
             h2_idle_timeout=cfg.server_h2_idle_timeout_secs,
-            resume_digest_budget=cfg.resume_digest_budget).normalized()
+            resume_digest_budget=cfg.resume_digest_budget,
+            max_snapshot_sends=cfg.server_max_snapshot_sends).normalized()
 
     def normalized(self) -> ServerSettings:
         """Apply Typha's re-defaulting: PongTimeout must exceed twice the ping interval."""

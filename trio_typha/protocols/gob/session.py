@@ -7,12 +7,17 @@ clock) into every method and carries out the :data:`Action` values it gets back.
 
 Phases (docs/typha-protocol.md §2.3)::
 
-    AWAIT_HELLO --hello--> AWAIT_ACK1 --ACK--> SNAPSHOT --written--> AWAIT_ACK2 --ACK--> STREAMING
-                   \\--legacy hello------------> SNAPSHOT --written------------------------^
+    AWAIT_HELLO --hello--> QUEUED --turn--> AWAIT_ACK1 --ACK--> SNAPSHOT --written--> AWAIT_ACK2 --ACK--> STREAMING
+                                  \\--legacy-----------------> SNAPSHOT --written------------------------^
 
-A compressed session writes ServerHello and MsgDecoderRestart on the plain stream, the
-pre-built snappy snapshot after ACK#1 and starts a second snappy stream after ACK#2; nothing
-is written between a restart and its ACK.  A legacy session streams everything plainly.
+ServerHello goes out as soon as the hello is read; the session then waits for its turn at
+sending a snapshot (:mod:`trio_typha.sessions.snapshot_turns`: a storm's snapshots are sent
+a bounded number at a time), pinging on the plain stream meanwhile so that a client's read
+timeout never fires while it waits, and taking pongs.  A compressed session then writes
+MsgDecoderRestart on the plain stream, the pre-built snappy snapshot after ACK#1 and starts a
+second snappy stream after ACK#2; nothing is written between a restart and its ACK (pongs
+to pings sent while queued may come before ACK#1).  A legacy session streams everything
+plainly.
 """
 
 from __future__ import annotations
@@ -51,11 +56,16 @@ DEFAULT_SYNCER_TYPE = "felix"
 
 class Phase(enum.Enum):
     AWAIT_HELLO = "await-hello"
+    QUEUED = "queued"
     AWAIT_ACK1 = "await-ack-1"
     SNAPSHOT = "snapshot"
     AWAIT_ACK2 = "await-ack-2"
     STREAMING = "streaming"
     CLOSED = "closed"
+
+
+#: Phases in which the session pings and the pong deadline applies.
+_PINGED = frozenset({Phase.QUEUED, Phase.STREAMING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,12 @@ class SendSnapshot:
     then call :meth:`ServerSession.snapshot_sent`."""
 
     compressed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitTurn:
+    """Wait for a turn at sending a snapshot, sending :meth:`ServerSession.ping` when
+    :meth:`ServerSession.ping_due`; then call :meth:`ServerSession.turn_started`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +108,7 @@ class Close:
     reason: str
 
 
-Action = Send | SendSnapshot | StartStreaming | GraceUsed | Close
+Action = Send | AwaitTurn | SendSnapshot | StartStreaming | GraceUsed | Close
 
 
 class ServerSession:
@@ -143,6 +159,13 @@ class ServerSession:
         phase = self.phase
         if phase is Phase.AWAIT_HELLO:
             return self._on_hello(msg, now)
+        if phase is Phase.QUEUED or (phase is Phase.AWAIT_ACK1 and isinstance(msg, MsgPong)):
+            # Waiting for a turn only pongs are valid; and a pong may still come after
+            # the restart was written, before its ACK.
+            if isinstance(msg, MsgPong):
+                self._on_pong(msg, now)
+                return []
+            return [self._close(f"unexpected {message_name(msg)} (expected MsgPong)")]
         if self.compressed and phase is not Phase.STREAMING:
             # Between the restarts only the two ACKs are valid.
             if isinstance(msg, MsgACK):
@@ -179,13 +202,21 @@ class ServerSession:
         self.compressed = compressed
         hello = encode_once.STREAM_PREFIX + encode_once.encode(MsgServerHello(
             self.server_version, syncer_type, True, self.conn_id))
-        if compressed:
+        self.phase = Phase.QUEUED
+        self.liveness.start(now)  # pings and the pong deadline while it waits its turn
+        return [Send(hello), AwaitTurn()]
+
+    def turn_started(self, now: float) -> list[Action]:
+        """The session's turn at sending a snapshot has come."""
+        if self.phase is not Phase.QUEUED:
+            raise RuntimeError(f"turn_started in phase {self.phase.name}")
+        if self.compressed:
             self.phase = Phase.AWAIT_ACK1
             self._phase_deadline = now + self.settings.pong_timeout
-            return [Send(hello + encode_once.RESTART_FOR_SNAPSHOT)]
+            return [Send(encode_once.RESTART_FOR_SNAPSHOT)]
         self.phase = Phase.SNAPSHOT
         self._phase_deadline = math.inf
-        return [Send(hello), SendSnapshot(compressed=False)]
+        return [SendSnapshot(compressed=False)]
 
     def _on_pong(self, msg: MsgPong, now: float) -> None:
         # Any pong proves the client alive, even one for a ping we no longer remember.
@@ -218,6 +249,9 @@ class ServerSession:
         if self.phase is Phase.AWAIT_HELLO:
             reason = (f"handshake timeout: no MsgClientHello within "
                       f"{self.settings.handshake_timeout}s")
+        elif self.phase is Phase.QUEUED:
+            reason = (f"no MsgPong within {self.settings.pong_timeout}s while waiting to "
+                      "be sent the snapshot")
         elif self.phase in (Phase.AWAIT_ACK1, Phase.AWAIT_ACK2):
             reason = f"no MsgACK within {self.settings.pong_timeout}s"
         else:
@@ -227,8 +261,11 @@ class ServerSession:
     # ---- output while streaming
 
     def frame(self, message: bytes) -> bytes:
-        """A gob message as it goes on this connection's current stream."""
-        return snappy.chunks(message) if self.compressed else message
+        """A gob message as it goes on this connection's current stream (plain until the
+        second snappy stream has started)."""
+        if self.compressed and self.phase is Phase.STREAMING:
+            return snappy.chunks(message)
+        return message
 
     def status(self, status: SyncStatus) -> bytes:
         """MsgSyncStatus if ``status`` differs from the last one sent (first: vs 0)."""
@@ -278,13 +315,13 @@ class ServerSession:
     @property
     def deadline(self) -> float:
         """When :meth:`check_timers` must next run (inf: no timer pending)."""
-        if self.phase is Phase.STREAMING:
+        if self.phase in _PINGED:
             return self.liveness.deadline
         return self._phase_deadline
 
     @property
     def next_ping_at(self) -> float:
-        return self.liveness.next_ping_at if self.phase is Phase.STREAMING else math.inf
+        return self.liveness.next_ping_at if self.phase in _PINGED else math.inf
 
     @property
     def pongs(self) -> int:
@@ -295,7 +332,7 @@ class ServerSession:
         return self.liveness.last_rtt
 
     def ping_due(self, now: float) -> bool:
-        return self.phase is Phase.STREAMING and self.liveness.ping_due(now)
+        return self.phase in _PINGED and self.liveness.ping_due(now)
 
     def ping(self, now: float, wall: GoTime) -> bytes:
         """A MsgPing stamped ``wall`` (the wall clock: it is data, echoed by the client)."""

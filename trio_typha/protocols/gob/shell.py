@@ -36,11 +36,13 @@ from ...sessions.connections import Connection
 from ...sessions.context import ServerContext
 from ...sessions.nowait import NowaitSender, nowait_sender
 from ...sessions.session_metrics import SessionReport
+from ...sessions.snapshot_gate import Turn
 from ..hello import log_hello
 from . import encode_once
 from .gotime import GoTime
 from .session import (
     Action,
+    AwaitTurn,
     Close,
     GraceUsed,
     Send,
@@ -138,6 +140,8 @@ class _GobConnection:
         self._actions_tx, self._actions_rx = trio.open_memory_channel[Action](8)
         self._cancel = trio.CancelScope()
         self._timer = trio.CancelScope()
+        #: The session's turn at sending its snapshot, from when it asks until it is sent.
+        self._turn: Turn | None = None
 
     async def run(self, prefix: bytes) -> None:
         registered = self.ctx.registry.session(self.conn, PROTOCOL, session_id=self.conn_id,
@@ -225,6 +229,13 @@ class _GobConnection:
             self._close(drop.reason)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._close(f"write failed: {exc or type(exc).__name__}")
+        finally:
+            self._end_turn()
+
+    def _end_turn(self) -> None:
+        if self._turn is not None:
+            self._turn.release()
+            self._turn = None
 
     # ---- writer phases
 
@@ -236,12 +247,15 @@ class _GobConnection:
             action = pending.pop(0) if pending else await self._actions_rx.receive()
             if isinstance(action, Send):
                 await self._write(action.data)
+            elif isinstance(action, AwaitTurn):
+                pending.extend(await self._await_turn())
             elif isinstance(action, SendSnapshot):
                 self._report = SessionReport(self.info, self._metrics())
                 self._report.snapshot_started(trio.current_time())
                 crumb = self._feed().snapshot_point()
                 self.info.compression = "snappy" if action.compressed else ""
                 await self._write(await self._snapshot_bytes(crumb, action.compressed))
+                self._end_turn()
                 self.info.reached(crumb.seq, crumb.timestamp)
                 pending.extend(self.session.snapshot_sent(trio.current_time()))
                 self._rearm()
@@ -249,6 +263,18 @@ class _GobConnection:
                 assert crumb is not None and self._report is not None
                 self._report.streaming(trio.current_time())
                 return crumb
+
+    async def _await_turn(self) -> list[Action]:
+        """Wait for this session's turn at sending a snapshot, pinging while it waits (the
+        client's read timeout counts from its last message); the session's next actions."""
+        self._turn = turn = self.ctx.snapshots.turn()
+        while not await turn.wait_until(self.session.next_ping_at):
+            now = trio.current_time()
+            if self.session.ping_due(now):
+                await self._write(self.session.ping(now, _wall_clock()))
+        actions = self.session.turn_started(trio.current_time())
+        self._rearm()  # the ACK's deadline now, not the pong's
+        return actions
 
     async def _stream_deltas(self, crumb: Breadcrumb) -> None:
         session, feed, settings = self.session, self._feed(), self.settings

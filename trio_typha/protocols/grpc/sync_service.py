@@ -126,7 +126,13 @@ async def serve_sync(stream: MessageStream, ctx: ServerContext, conn: Connection
                 nursery.start_soon(_read_acks, stream, session, report)
                 report.snapshot_started(trio.current_time())
                 if session.resume_from is None:
-                    crumb = await _send_snapshot(stream, ctx, session, feed, info)
+                    with ctx.snapshots.turn() as turn:
+                        # The header (the client's first message) at once; the snapshot
+                        # when this session's turn comes, taken then.
+                        await _send_message(stream, info, _header(ctx, session, feed, info,
+                                                                  feed.latest))
+                        await turn.wait()
+                        crumb = await _send_snapshot(stream, session, feed, info)
                 else:
                     crumb = await _send_resume(stream, ctx, session, feed, info)
                 metrics.resume_total[session.method].inc()
@@ -171,12 +177,16 @@ def _header(ctx: ServerContext, session: SyncSession, feed: CacheFeed, info: Ses
         resume=session.method)
 
 
+async def _send_message(stream: MessageStream, info: Session, message: bytes) -> None:
+    await stream.send(message)
+    info.sent(len(message))
+
+
 async def _send_start(stream: MessageStream, session: SyncSession, info: Session,
                       messages: list[bytes], crumb: Breadcrumb) -> None:
     """Send the start (header to finished) that leaves the client at ``crumb``; go live."""
     for message in messages:
-        await stream.send(message)
-        info.sent(len(message))
+        await _send_message(stream, info, message)
     info.reached(crumb.seq, crumb.timestamp)
     session.snapshot_sent(crumb.status, trio.current_time())
 
@@ -204,14 +214,14 @@ async def _send_resume(stream: MessageStream, ctx: ServerContext, session: SyncS
     return target
 
 
-async def _send_snapshot(stream: MessageStream, ctx: ServerContext, session: SyncSession,
-                         feed: CacheFeed, info: Session) -> Breadcrumb:
+async def _send_snapshot(stream: MessageStream, session: SyncSession, feed: CacheFeed,
+                         info: Session) -> Breadcrumb:
+    """The snapshot (after the header, sent already) and ``finished``."""
     crumb = feed.snapshot_point()
-    out = [_header(ctx, session, feed, info, crumb)]
     batch = session.settings.max_message_size
-    out += await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
-                            lambda: encode_once.snapshot_messages(crumb, batch))
-    out.append(encode_once.finished_message(crumb))
+    messages = await build_once(crumb, ("grpc", "snapshot", batch), len(crumb.snapshot()),
+                                lambda: encode_once.snapshot_messages(crumb, batch))
+    out = [*messages, encode_once.finished_message(crumb)]
     await _send_start(stream, session, info, out, crumb)
     log.debug("gRPC session %#x: snapshot of %d KVs at seq %d sent", info.id,
               len(crumb.snapshot()), crumb.seq)
