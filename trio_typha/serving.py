@@ -46,7 +46,7 @@ from .server.fdlimit import FdShedder, fd_ceiling, log_nofile_limit
 from .server.governor import Governor
 from .server.listener import ConnectionHandler, Protocols
 from .server.livefeed import FEED_PATH, ReplicaSampler, serve_feed
-from .server.memtrim import run_trimmer
+from .server.memtrim import Freezer, run_freezer, run_trimmer
 from .sessions.connections import ConnectionRegistry, SocketListener
 from .sessions.context import ServerContext
 from .sessions.settings import ServerSettings
@@ -284,7 +284,10 @@ class ServingProcess(ABC, Generic[P]):
                 await nursery.start(self._serve_sync)
                 await self.start_beside_listener(nursery)
                 await nursery.start(self.governor.run)
-                await nursery.start(partial(run_trimmer, self.connections.__len__))
+                freezer = Freezer()
+                await nursery.start(run_freezer, self.connections.__len__, freezer)
+                await nursery.start(partial(run_trimmer, self.connections.__len__,
+                                            freezer=freezer))
                 await self.start_tasks(nursery)
                 await self._start_endpoints(nursery)
                 nursery.start_soon(self._freeze_after_sync)

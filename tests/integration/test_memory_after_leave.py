@@ -57,7 +57,7 @@ async def test_memory_is_given_back_once_the_count_has_fallen(
         autojump_clock: Any, monkeypatch: Any) -> None:
     given: list[int] = []
     now = [0]
-    monkeypatch.setattr(memtrim, "give_back", lambda: given.append(now[0]))
+    monkeypatch.setattr(memtrim, "give_back", lambda freezer=None: given.append(now[0]))
     async with trio.open_nursery() as nursery:
         await nursery.start(memtrim.run_trimmer, lambda: now[0])
         # Each count is set half-way between two of the trimmer's looks.
@@ -84,3 +84,34 @@ def test_malloc_trim_is_found_on_glibc() -> None:
         assert memtrim.MALLOC_TRIM is not None
         assert memtrim.MALLOC_TRIM() in (0, 1)
     memtrim.give_back()  # and it runs wherever there is none
+
+
+def test_freezing_follows_arrivals_not_churn() -> None:
+    p = memtrim.FreezePolicy(step=100)
+    # 0 -> 250 in steps: a freeze at 100 and 200; a fall resets the base, so coming back
+    # up by a step freezes again, churn below a step never does.
+    assert [p.observe(n) for n in (50, 100, 150, 200, 250)] == [False, True, False, True,
+                                                                 False]
+    assert [p.observe(n) for n in (120, 200, 219, 220)] == [False, False, False, True]
+    q = memtrim.FreezePolicy(step=100)
+    assert not any(q.observe(n) for n in (40, 0, 90, 10, 99, 0))
+
+
+def test_what_a_storm_froze_is_collected_when_memory_is_given_back() -> None:
+    """A cycle frozen while the storm arrived is freed by the return after it."""
+    class Node:
+        other: object
+
+    freezer = memtrim.Freezer(memtrim.FreezePolicy(step=1))
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    ref = weakref.ref(a)
+    frozen_before = gc.get_freeze_count()
+    assert freezer.check(1) and freezer.frozen
+    assert gc.get_freeze_count() > frozen_before
+    del a, b
+    gc.collect()
+    assert ref() is not None  # frozen: the collector does not see it
+    memtrim.give_back(freezer)
+    assert ref() is None and not freezer.frozen
+    assert gc.get_freeze_count() > 0  # what survives is frozen again
