@@ -7,6 +7,7 @@
 //	gobtool decode [-snappy] F   decode a stream of Envelopes from file F, one JSON line each
 //	gobtool client -addr A ...   act as a Typha client against a running server (see client.go)
 //	gobtool fleet -addr A -n N   N concurrent clients for the fan-out benchmark (see fleet.go)
+//	gobtool server [-ping D]     a Typha sync server driven by JSON lines on stdin (see server.go)
 //	gobtool ipstring             net.IP.String of each hex address read from stdin
 package main
 
@@ -17,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gobtool vectors DIR | decode [-snappy] FILE | client -addr HOST:PORT [flags] | fleet -addr HOST:PORT -n N [flags] | ipstring")
+		fmt.Fprintln(os.Stderr, "usage: gobtool vectors DIR | decode [-snappy] FILE | client -addr HOST:PORT [flags] | fleet -addr HOST:PORT -n N [flags] | server [flags] | ipstring")
 		os.Exit(2)
 	}
 	var err error
@@ -34,6 +35,8 @@ func main() {
 		os.Exit(runClient(os.Args[2:]))
 	case "fleet":
 		os.Exit(runFleet(os.Args[2:]))
+	case "server":
+		os.Exit(runServer(os.Args[2:]))
 	case "ipstring":
 		err = runIPString()
 	default:

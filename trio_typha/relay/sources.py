@@ -171,7 +171,8 @@ class GobSource:
             server_cn=tls.server_cn if tls else "",
             server_uri_san=tls.server_uri_san if tls else "",
             dial_timeout=DIAL_TIMEOUT, read_timeout=deadline + DIAL_TIMEOUT)
-        snapshot: list[SerializedUpdate] | None = None
+        # Until the first status: the snapshot, and any update that came after it.
+        snapshot: dict[str, SerializedUpdate] | None = None
         got_snapshot = False
         try:
             while True:
@@ -183,18 +184,22 @@ class GobSource:
                     raise UpstreamLost(f"silent for {deadline:g}s (WatchStallTimeoutSecs)",
                                        after_data=got_snapshot)
                 if isinstance(event, Connected):
-                    snapshot = []
+                    snapshot = {}
                     sink.connected()
                 elif isinstance(event, KVsReceived):
                     if got_snapshot:
                         sink.updates(event.updates)
                     elif snapshot is not None:
-                        snapshot.extend(event.updates)
+                        for u in event.updates:
+                            if u.deleted:
+                                snapshot.pop(u.key, None)
+                            else:
+                                snapshot[u.key] = u
                 elif isinstance(event, SyncStatusReceived):
                     if got_snapshot:
                         sink.status(event.status)
                     else:  # the snapshot ends at the first status message
-                        sink.snapshot(snapshot or [], event.status, 0.0)
+                        sink.snapshot(list((snapshot or {}).values()), event.status, 0.0)
                         got_snapshot = True
                         snapshot = None
                         on_first()
