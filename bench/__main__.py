@@ -33,6 +33,10 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
   outage, and they come back resuming by position, by digest on another replica, by digest
   on a replica started from cold, and with a plain snapshot: bytes per client, time to
   in sync and server CPU of each against the snapshot (``bench/reconnect.py``).
+* ``rolling``: ``--replicas`` replicas started cold, then restarted one at a time, each
+  warm-started from the others (WarmStartPeers): per restart the LISTs and bytes it cost the
+  datastore and its time to ready against its cold start, then the invariant over every
+  replica (``bench/rolling.py``); Go Typha's restart beside with ``--go-typha PATH``.
 * ``balance``: how evenly ServerWorkers (SCM_RIGHTS hand-off) spreads N clients over the processes,
   against a prototype passing accepted sockets with SCM_RIGHTS (``bench/balance.py``).
 
@@ -64,7 +68,8 @@ sys.path.insert(0, HERE)
 import fanout  # noqa: E402
 from _common import cpu_seconds, memory_daemon, rss_peak_mib  # noqa: E402
 
-SCENARIOS = ("storm", "steady", "memory", "startup", "balance", "quiet", "reconnect")
+SCENARIOS = ("storm", "steady", "memory", "startup", "balance", "quiet", "reconnect",
+             "rolling")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "storm": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "steady": {"clients": 1000, "cluster": "medium", "rate": 50.0, "seconds": 60.0},
@@ -74,6 +79,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "quiet": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 60.0},
     # reconnect: --rate is the writes during each outage, --seconds the outage.
     "reconnect": {"clients": 1000, "cluster": "medium", "rate": 100.0, "seconds": 10.0},
+    "rolling": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
 }
 
 
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
                    "the same rotation (before/after in one sitting)")
     p.add_argument("--repeats", type=int, default=3,
                    help="startup --datastore etcdv3|kubernetes: runs of each Typha (interleaved)")
+    p.add_argument("--replicas", type=int, default=3, help="rolling: replicas to roll")
     p.add_argument("--workers", type=int, default=1,
                    help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
     p.add_argument("--workers-list", default="2,4",
@@ -237,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.datastore is None:
-        args.datastore = "kubernetes" if args.scenario == "quiet" else "memory"
-    allowed = (("kubernetes", "etcdv3") if args.scenario == "quiet"
+        args.datastore = ("kubernetes" if args.scenario in ("quiet", "rolling")
+                          else "memory")
+    allowed = (("kubernetes", "etcdv3") if args.scenario in ("quiet", "rolling")
                else ("memory", "etcdv3", "kubernetes") if args.scenario == "startup"
                else ("memory", "etcdv3"))
     if args.datastore not in allowed:
@@ -250,6 +258,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.scenario == "quiet":
         import quiet
         result = quiet.main(args)
+        if args.json:
+            print(json.dumps(result))
+        return
+    if args.scenario == "rolling":
+        import rolling
+        if args.replicas < 2:
+            p.error("rolling needs --replicas 2 or more (a restarted one warm-starts from "
+                    "the others)")
+        result = rolling.main(args)
         if args.json:
             print(json.dumps(result))
         return

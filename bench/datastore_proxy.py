@@ -45,6 +45,7 @@ class Counts:
     watch_streams: int = 0
     progress_requests: int = 0
     etcd_ranges: int = 0  # KV/Range calls (a list's pages, or single reads)
+    k8s_lists: int = 0  # Kubernetes list pages (a non-watch GET with limit/resourceVersion)
     pings_sent: int = 0  # PINGs from the Typha (not acks)
     bytes_to_datastore: int = 0
     bytes_from_datastore: int = 0
@@ -55,6 +56,14 @@ class Counts:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def is_k8s_list(target: str) -> bool:
+    """A list page as trio-typha and Calico ask for them: a collection GET (not a watch)
+    with ``limit`` or ``resourceVersion``; single-object GETs and discovery carry neither."""
+    path, _, query = target.partition("?")
+    return (path.startswith("/api") and not is_k8s_watch(target)
+            and bool(re.search(r"(?:^|&)(?:limit|resourceVersion)=", query)))
 
 
 def is_k8s_watch(target: str) -> bool:
@@ -116,6 +125,8 @@ class WireCount:
             method, target = m.group(1), m.group(2)
             if is_k8s_watch(target) or (method == "POST" and target.startswith("/v3/watch")):
                 self.counts.watch_streams += 1
+            elif method == "GET" and is_k8s_list(target):
+                self.counts.k8s_lists += 1
             for header in fields:
                 name, _, value = header.partition(":")
                 if name.strip().lower() == "content-length" and value.strip().isdigit():
@@ -172,6 +183,8 @@ class WireCount:
             self.counts.etcd_ranges += 1
         elif is_k8s_watch(path):
             self.counts.watch_streams += 1
+        elif headers.get(":method", "GET") == "GET" and is_k8s_list(path):
+            self.counts.k8s_lists += 1
 
     def _grpc_messages(self, stream: int, data: bytes) -> None:
         buf = self._grpc_watch[stream]
