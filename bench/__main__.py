@@ -37,6 +37,10 @@ Scenarios (one configuration per run: peak RSS is a process's, so each run is fr
   warm-started from the others (WarmStartPeers): per restart the LISTs and bytes it cost the
   datastore and its time to ready against its cold start, then the invariant over every
   replica (``bench/rolling.py``); Go Typha's restart beside with ``--go-typha PATH``.
+* ``tree``: propagation from datastore write to client through root -> relay -> client
+  (``--relays`` relay processes following the root, the clients spread over them) against
+  the same clients and churn on the root alone, and the root's connection count
+  (``bench/tree.py``).
 * ``balance``: how evenly ServerWorkers (SCM_RIGHTS hand-off) spreads N clients over the processes,
   against a prototype passing accepted sockets with SCM_RIGHTS (``bench/balance.py``).
 
@@ -69,7 +73,7 @@ import fanout  # noqa: E402
 from _common import cpu_seconds, memory_daemon, rss_peak_mib  # noqa: E402
 
 SCENARIOS = ("storm", "steady", "memory", "startup", "balance", "quiet", "reconnect",
-             "rolling")
+             "rolling", "tree")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "storm": {"clients": 1000, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
     "steady": {"clients": 1000, "cluster": "medium", "rate": 50.0, "seconds": 60.0},
@@ -80,6 +84,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # reconnect: --rate is the writes during each outage, --seconds the outage.
     "reconnect": {"clients": 1000, "cluster": "medium", "rate": 100.0, "seconds": 10.0},
     "rolling": {"clients": 0, "cluster": "medium", "rate": 0.0, "seconds": 0.0},
+    # tree: --rate pod writes/s for --seconds, through --relays relay tiers and on one.
+    "tree": {"clients": 2000, "cluster": "small", "rate": 20.0, "seconds": 10.0},
 }
 
 
@@ -227,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3,
                    help="startup --datastore etcdv3|kubernetes: runs of each Typha (interleaved)")
     p.add_argument("--replicas", type=int, default=3, help="rolling: replicas to roll")
+    p.add_argument("--relays", type=int, default=4,
+                   help="tree: relay tiers between the root and the clients")
     p.add_argument("--workers", type=int, default=1,
                    help="ServerWorkers: processes serving the port (CPU and RSS are summed)")
     p.add_argument("--workers-list", default="2,4",
@@ -270,9 +278,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             print(json.dumps(result))
         return
-    if args.scenario == "reconnect":
-        import reconnect
-        result = trio.run(reconnect.run, args)
+    if args.scenario in ("reconnect", "tree"):  # each its own module's trio run(args)
+        import importlib
+        result = trio.run(importlib.import_module(args.scenario).run, args)
         print(json.dumps(result, indent=1) if not args.json else "")
         if args.json:
             print(json.dumps(result))
