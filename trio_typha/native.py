@@ -19,7 +19,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -54,8 +54,8 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-def _decide(environ: dict[str, str] | os._Environ[str]) -> NativeState:
-    if environ.get("TRIO_TYPHA_PURE", "") not in ("", "0"):
+def _decide(env: Mapping[str, str]) -> NativeState:
+    if env.get("TRIO_TYPHA_PURE", "") not in ("", "0"):
         return NativeState(False, "TRIO_TYPHA_PURE is set")
     if importlib.util.find_spec(GROUP_LIBRARY) is None:
         return NativeState(False, "this install was built without a C compiler or mypyc")
@@ -66,9 +66,9 @@ def _decide(environ: dict[str, str] | os._Environ[str]) -> NativeState:
     return NativeState(True, GROUP_LIBRARY)
 
 
-def install(environ: dict[str, str] | os._Environ[str] = os.environ) -> NativeState:
+def install(env: Mapping[str, str] | None = None) -> NativeState:
     """Decide, and when the answer is the sources, put the source finder first."""
-    state = _decide(environ)
+    state = _decide(os.environ if env is None else env)
     if not state.compiled and not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())
     return state
